@@ -597,7 +597,16 @@ def extract_io(a: dict, events: list[dict], *, is_root: bool, flags: int) -> tup
         inp = _first_attr(a, ("gen_ai.tool.call.arguments", "gen_ai.prompt"))
     if out is None:
         out = _first_attr(a, ("gen_ai.tool.call.result", "gen_ai.completion"))
+    # A carrier that is present but empty means "the step produced nothing" (a finding), not "not recorded".
+    if inp is None and any(a.get(k) == "" for k in _EMPTY_IN):
+        inp = ""
+    if out is None and any(a.get(k) == "" for k in _EMPTY_OUT):
+        out = ""
     return inp, out
+
+
+_EMPTY_IN = ("langfuse.observation.input", "input.value", "input", "traceloop.entity.input")
+_EMPTY_OUT = ("langfuse.observation.output", "output.value", "output", "traceloop.entity.output", "final_result")
 
 
 # ---------------------------------------------------------------------------------------------------------------
