@@ -1,0 +1,1 @@
+"""Settings modules: `base` for every deployment, `test` for the test suite."""

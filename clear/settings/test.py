@@ -1,0 +1,19 @@
+"""Unit-test settings: real Postgres by default; eager Celery only here, and only for unit tests."""
+
+import os
+
+os.environ.setdefault("SECRET_KEY", "test-secret-key-not-for-production-" + "x" * 20)
+os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/clear")
+
+from clear.settings.base import *  # noqa: E402,F401,F403
+
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+CELERY_TASK_ALWAYS_EAGER = True
+CELERY_TASK_EAGER_PROPAGATES = True
+STORAGES["staticfiles"] = {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"}  # noqa: F405
+
+# Tasks run eagerly unless a test starts the real worker (tests/support/worker.py), which flips this off; the
+# broker is the test Redis database either way, so sending through it needs no reconfiguration.
+CELERY_BROKER_URL = os.environ.get("CLEAR_TEST_REDIS_URL", "redis://127.0.0.1:6379/14")
+CELERY_TEST_VISIBILITY_TIMEOUT = 5
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_TEST_VISIBILITY_TIMEOUT}

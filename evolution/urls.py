@@ -1,0 +1,3 @@
+app_name = "evolution"
+
+urlpatterns: list = []

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# The main job on the embedded default: SQLite and a filesystem task queue under var/, no services needed.
+# Installs Clear, migrates, creates the demo user and project, starts a Celery worker, serves the UI,
+# and prints the login and the API keys.
+#   scripts/demo.sh [--no-install] [--port 8000] [--host 127.0.0.1]
+# CLEAR_VAR_DIR moves var/ (tests use a fresh one).
+set -euo pipefail
+source "$(dirname "$0")/_common.sh"
+
+PORT=8000
+HOST=127.0.0.1
+INSTALL=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --no-install) INSTALL=0 ;;
+    --port) PORT="$2"; shift ;;
+    --port=*) PORT="${1#*=}" ;;
+    --host) HOST="$2"; shift ;;
+    --host=*) HOST="${1#*=}" ;;
+    -h|--help) sed -n '2,7p' "$0"; exit 0 ;;
+    *) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+if [ "$INSTALL" = 1 ]; then bash scripts/install.sh; source "$(dirname "$0")/_common.sh"; fi
+
+export CLEAR_VAR_DIR="${CLEAR_VAR_DIR:-$ROOT/var}"
+mkdir -p "$CLEAR_VAR_DIR/logs"
+if [ -z "${SECRET_KEY:-}" ] && [ -z "${SECRET_KEY_FILE:-}" ]; then
+  if [ ! -s "$CLEAR_VAR_DIR/secret_key" ]; then
+    (umask 077; "$PY" -c "import secrets; print(secrets.token_urlsafe(50))" > "$CLEAR_VAR_DIR/secret_key")
+  fi
+  export SECRET_KEY_FILE="$CLEAR_VAR_DIR/secret_key"
+fi
+export ALLOWED_HOSTS="${ALLOWED_HOSTS:-127.0.0.1,localhost,$HOST}"
+
+echo "==> preparing the database in $CLEAR_VAR_DIR"
+"$PY" manage.py migrate --noinput -v 0
+"$PY" manage.py collectstatic --noinput -v 0
+
+PIDS=()
+cleanup() {
+  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+echo "==> starting the Celery worker (log: $CLEAR_VAR_DIR/logs/worker.log)"
+"$BIN/celery" -A clear worker -B --concurrency 2 --loglevel INFO \
+  --schedule "$CLEAR_VAR_DIR/celerybeat-schedule" > "$CLEAR_VAR_DIR/logs/worker.log" 2>&1 &
+PIDS+=($!)
+
+echo "==> serving http://$HOST:$PORT (log: $CLEAR_VAR_DIR/logs/web.log)"
+"$BIN/gunicorn" clear.wsgi:application --bind "$HOST:$PORT" --workers 2 --threads 4 --timeout 120 \
+  --access-logfile "$CLEAR_VAR_DIR/logs/web.log" --error-logfile "$CLEAR_VAR_DIR/logs/web.log" &
+PIDS+=($!)
+up=0
+for _ in $(seq 1 120); do
+  if "$PY" -c "import urllib.request; urllib.request.urlopen('http://$HOST:$PORT/healthz', timeout=1)" 2>/dev/null; then
+    up=1; break
+  fi
+  sleep 0.5
+done
+if [ "$up" != 1 ]; then
+  echo "The web server did not answer on http://$HOST:$PORT/healthz; its log says:" >&2
+  tail -20 "$CLEAR_VAR_DIR/logs/web.log" >&2
+  exit 1
+fi
+
+"$PY" manage.py demo_setup > "$CLEAR_VAR_DIR/demo-credentials.txt"
+cat <<MSG
+
+Clear is running at http://$HOST:$PORT/
+$(cat "$CLEAR_VAR_DIR/demo-credentials.txt")
+
+OTLP endpoint: http://$HOST:$PORT/v1/traces   (Authorization: Bearer <secret_key>)
+Press Ctrl-C to stop.
+MSG
+# Stop everything when either process dies, and say which one and why.
+wait -n "${PIDS[@]}" || true
+for log in worker web; do
+  echo "A process stopped; the end of $CLEAR_VAR_DIR/logs/$log.log:" >&2
+  tail -5 "$CLEAR_VAR_DIR/logs/$log.log" >&2
+done
+exit 1

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs Clear into .venv: a CPU-only torch first (an unpinned torch pulls several GB of CUDA), then the project.
+#   scripts/install.sh          the app
+#   scripts/install.sh --dev    the app and what the tests need (pytest, Playwright, Debian's chromium, ...)
+set -euo pipefail
+source "$(dirname "$0")/_common.sh"
+
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv 2>/dev/null || { apt_install python3-venv; rm -rf .venv; python3 -m venv .venv; }
+fi
+PIP=".venv/bin/pip"
+if ! .venv/bin/python -c "import torch" 2>/dev/null; then
+  echo "==> installing CPU torch"
+  $PIP install -q torch==2.13.0 2>/dev/null \
+    || $PIP install -q torch --index-url https://download.pytorch.org/whl/cpu
+fi
+if [ "${1:-}" = "--dev" ]; then
+  echo "==> installing Clear with test dependencies"
+  $PIP install -q -e ".[dev]"
+  apt_install chromium docker-compose bubblewrap git
+else
+  echo "==> installing Clear"
+  $PIP install -q -e .
+fi

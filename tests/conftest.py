@@ -1,0 +1,124 @@
+import os
+import socket
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+# Playwright's sync API runs an event loop in the test thread; Django would then refuse ORM calls from it.
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+from clear.projects.models import Membership  # noqa: E402
+from clear.projects.services import api_key_create, membership_add, project_create, user_get_or_create  # noqa: E402
+from tests.support.fake_llm import FakeLLMServer  # noqa: E402
+from tests.support.worker import CeleryWorkerProcess, purge_broker, use_broker  # noqa: E402
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def shared_dir() -> Path:
+    path = Path(settings.SHARED_DIR)
+    if not (path / "datasets").is_dir():
+        pytest.fail(
+            f"The shared datasets are missing at {path}/datasets. Lay `shared/` next to the checkout "
+            "or set CLEAR_SHARED_DIR."
+        )
+    return path
+
+
+def _user(email: str):
+    user, _ = user_get_or_create(email=email, password="correct horse battery staple")
+    return user
+
+
+@pytest.fixture
+def owner(db):
+    return _user("alice@example.com")
+
+
+@pytest.fixture
+def teammate(db):
+    return _user("bob@example.com")
+
+
+@pytest.fixture
+def outsider(db):
+    return _user("charlie@example.com")
+
+
+@pytest.fixture
+def project(owner, teammate):
+    project = project_create(name="Alice's agent", owner=owner)
+    membership_add(project=project, user=teammate, role=Membership.Role.MEMBER)
+    return project
+
+
+@pytest.fixture
+def outsider_project(outsider):
+    return project_create(name="Charlie's agent", owner=outsider)
+
+
+@pytest.fixture
+def issued_key(project, owner):
+    return api_key_create(project=project, name="test", created_by=owner)
+
+
+@pytest.fixture
+def fake_llm():
+    server = FakeLLMServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def _celery_worker_process(django_db_setup, django_db_blocker):
+    broker_url = settings.CELERY_BROKER_URL
+    purge_broker(broker_url)
+    worker = CeleryWorkerProcess(
+        log_dir=REPO_ROOT / "var" / "test-logs",
+        broker_url=broker_url,
+        visibility_timeout=settings.CELERY_TEST_VISIBILITY_TIMEOUT,
+    )
+    with django_db_blocker.unblock():
+        worker.start()
+    yield worker
+    worker.stop()
+
+
+@pytest.fixture
+def celery_worker(_celery_worker_process, transactional_db):
+    """A real worker consuming from Redis; tasks sent in the test go through the broker, not eagerly."""
+    worker = _celery_worker_process
+    if worker.process is None or worker.process.poll() is not None:
+        worker.start()
+    use_broker(True)
+    yield worker
+    use_broker(False)
+
+
+@pytest.fixture(scope="session")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    from tests.support.browser import CHROMIUM_ARGS, chromium_path
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS, headless=True)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport={"width": 1360, "height": 860})
+    page = context.new_page()
+    yield page
+    context.close()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

@@ -1,0 +1,105 @@
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+from tests.conftest import free_port
+from tests.support.browser import screenshot
+
+ROOT = Path(settings.BASE_DIR)
+pytestmark = pytest.mark.browser
+
+
+@dataclass
+class Demo:
+    url: str
+    login: str
+    password: str
+    var_dir: Path
+    env: dict
+    output: str
+
+
+def _embedded_env(var_dir: Path) -> dict:
+    drop = {"DATABASE_URL", "REDIS_URL", "SECRET_KEY", "SECRET_KEY_FILE", "DJANGO_SETTINGS_MODULE", "DEBUG"}
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    env["CLEAR_VAR_DIR"] = str(var_dir)
+    return env
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    var_dir = tmp_path_factory.mktemp("demo-var")
+    port = free_port()
+    env = _embedded_env(var_dir)
+    process = subprocess.Popen(
+        ["bash", "scripts/demo.sh", "--no-install", "--port", str(port)],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )
+    lines: list[str] = []
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if not line and process.poll() is not None:
+            break
+        lines.append(line)
+        if "Press Ctrl-C" in line:
+            break
+    output = "".join(lines)
+    if "Press Ctrl-C" not in output:
+        os.killpg(process.pid, signal.SIGKILL)
+        pytest.fail(f"the demo did not come up:\n{output}")
+    login = re.search(r"login: (\S+)", output).group(1)
+    password = re.search(r"password: (\S+)", output).group(1)
+    env["SECRET_KEY_FILE"] = str(var_dir / "secret_key")
+    yield Demo(f"http://127.0.0.1:{port}", login, password, var_dir, env, output)
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+
+
+def test_demo_prints_login_and_keys(demo):
+    assert "secret_key: sk-clear-" in demo.output
+    assert "public_key: pk-clear-" in demo.output
+    assert (demo.var_dir / "clear.sqlite3").exists(), "the embedded default keeps its database under var/"
+
+
+def test_browser_logs_in_and_sees_the_demo_project(demo, page):
+    page.goto(demo.url + "/")
+    assert "/login/" in page.url
+    screenshot(page, "login")
+    page.fill("#id_username", demo.login)
+    page.fill("#id_password", "wrong password")
+    page.click("button[type=submit]")
+    assert "do not match" in page.inner_text("main")
+    page.fill("#id_username", demo.login)
+    page.fill("#id_password", demo.password)
+    page.click("button[type=submit]")
+    page.wait_for_selector("[data-testid=next-steps]")
+    assert "Support desk demo" in page.inner_text("main")
+    assert "Support desk demo" in page.inner_text("#project-switcher")
+    # Served by the app itself: the stylesheet loads with no CDN.
+    assert page.evaluate("getComputedStyle(document.querySelector('.sidebar')).display") == "flex"
+    screenshot(page, "overview-empty")
+    page.click("text=Settings")
+    page.wait_for_selector("text=API keys")
+    screenshot(page, "api-keys")
+
+
+def test_embedded_worker_runs_tasks_from_the_filesystem_queue(demo):
+    result = subprocess.run(
+        [sys.executable, "manage.py", "worker_probe", "--timeout", "60"],
+        cwd=ROOT, env=demo.env, capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "answered" in result.stdout
+    assert any((demo.var_dir / "celery").rglob("*")) or (demo.var_dir / "celery").exists()

@@ -1,0 +1,84 @@
+"""A real Celery worker process on the test Redis database and the test Postgres database."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import redis
+from django.conf import settings
+from django.db import connection
+
+from clear.celery import app as celery_app
+
+
+class CeleryWorkerProcess:
+    def __init__(self, *, log_dir: Path, broker_url: str, visibility_timeout: int):
+        self.log_dir = log_dir
+        self.broker_url = broker_url
+        self.visibility_timeout = visibility_timeout
+        self.process: subprocess.Popen | None = None
+        self.starts = 0
+
+    def _env(self) -> dict[str, str]:
+        db = connection.settings_dict
+        env = dict(os.environ)
+        env.update(
+            DJANGO_SETTINGS_MODULE="clear.settings.base",
+            DATABASE_URL=f"postgres://{db['USER'] or 'postgres'}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/"
+            f"{db['NAME']}",
+            REDIS_URL=self.broker_url,
+            CELERY_VISIBILITY_TIMEOUT=str(self.visibility_timeout),
+            SECRET_KEY=settings.SECRET_KEY,
+            PYTHONUNBUFFERED="1",
+        )
+        return env
+
+    @property
+    def log_path(self) -> Path:
+        return self.log_dir / f"worker-{self.starts}.log"
+
+    def start(self, timeout: float = 60) -> None:
+        self.starts += 1
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        log = self.log_path.open("w")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "clear", "worker", "--loglevel", "INFO", "--concurrency", "2",
+             "--without-mingle", "--without-gossip", "-n", f"test{self.starts}@%h"],
+            cwd=settings.BASE_DIR, env=self._env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"Celery worker exited at start:\n{self.log_path.read_text()[-4000:]}")
+            if "ready." in self.log_path.read_text():
+                return
+            time.sleep(0.2)
+        raise RuntimeError(f"Celery worker not ready after {timeout}s:\n{self.log_path.read_text()[-4000:]}")
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group, as an OOM killer or a lost machine would."""
+        if self.process and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def log(self) -> str:
+        return self.log_path.read_text() if self.log_path.exists() else ""
+
+
+def purge_broker(broker_url: str) -> None:
+    redis.Redis.from_url(broker_url).flushdb()
+
+
+def use_broker(enabled: bool) -> None:
+    celery_app.conf.task_always_eager = not enabled
