@@ -1,0 +1,1 @@
+"""Example agents that emit OpenTelemetry traces for Clear to diagnose."""
