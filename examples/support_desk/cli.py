@@ -1,0 +1,114 @@
+"""Command line: `list`, `run` (the suite, optionally exported over OTLP/HTTP) and `run-task`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from .config import BUG_NAMES, BugSwitches
+from .suite import SuiteReport, execute_suite
+from .tasks import TASKS, get_task
+from .telemetry import otlp_http_exporter
+
+PROG = "python -m examples.support_desk"
+
+
+def _bugs(value: str) -> BugSwitches:
+    try:
+        return BugSwitches.parse(value)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _add_common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--seed", type=int, default=0, help="seed for timings and wording (default 0)")
+    parser.add_argument(
+        "--bugs",
+        type=_bugs,
+        default=BugSwitches.all_on(),
+        help=f"comma-separated switches among {', '.join(BUG_NAMES)}, or 'all' (default) or 'none'",
+    )
+    parser.add_argument("--release", default="dev", help="service.version written on every trace (default dev)")
+    parser.add_argument("--endpoint", help="Clear (or any OTLP/HTTP) base URL; spans go to <URL>/v1/traces")
+    parser.add_argument("--key", help="API key, sent as 'Authorization: Bearer <key>'")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROG, description="Deterministic multi-agent support desk.")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    commands.add_parser("list", help="list the tasks of the suite")
+
+    run = commands.add_parser("run", help="run the suite and print a score per task")
+    _add_common(run)
+    run.add_argument("--tasks", default=None, help="comma-separated task ids (default: all)")
+
+    run_task = commands.add_parser("run-task", help="run one task and write its result as JSON")
+    _add_common(run_task)
+    run_task.add_argument("--task", required=True, help="task id, as in clear.task.id")
+    run_task.add_argument("--out", type=Path, help="where to write the JSON result (default: stdout)")
+    return parser
+
+
+def _print_report(report: SuiteReport, *, release: str, seed: int, bugs: BugSwitches) -> None:
+    width = max(len(result.task_id) for result in report.results) if report.results else 10
+    print(f"support-desk release={release} seed={seed} switches={bugs.describe()}")
+    for result in report.results:
+        print(f"  {result.task_id:<{width}}  {result.score:.2f}  {result.outcome}")
+    print(f"total: {report.passed}/{len(report.results)} passed, mean score {report.mean_score:.3f}")
+
+
+def _export_target(args: argparse.Namespace):  # -> SpanExporter | None
+    if not args.endpoint:
+        return None
+    return otlp_http_exporter(args.endpoint, args.key)
+
+
+def _report_export(report: SuiteReport, endpoint: str | None) -> int:
+    if endpoint is None:
+        return 0
+    if report.failed_spans:
+        print(f"export failed for {report.failed_spans} span(s) to {endpoint}", file=sys.stderr)
+        return 1
+    print(f"exported {report.exported_spans} spans to {endpoint.rstrip('/')}/v1/traces")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "list":
+        for task in TASKS:
+            print(f"{task.task_id:<26} {task.category:<15} {task.ticket}")
+        return 0
+
+    exporter = _export_target(args)
+    try:
+        if args.command == "run":
+            report = execute_suite(
+                release=args.release, bugs=args.bugs, seed=args.seed, exporter=exporter, task_ids=args.tasks
+            )
+            _print_report(report, release=args.release, seed=args.seed, bugs=args.bugs)
+            return _report_export(report, args.endpoint)
+
+        get_task(args.task)
+        report = execute_suite(
+            release=args.release, bugs=args.bugs, seed=args.seed, exporter=exporter, task_ids=[args.task]
+        )
+        result = report.results[0]
+        document = json.dumps(result.as_json_dict(), indent=2, ensure_ascii=False) + "\n"
+        if args.out is None:
+            sys.stdout.write(document)
+        else:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(document, encoding="utf-8")
+            print(f"{result.task_id} seed={result.seed} score={result.score:.2f} {result.outcome} -> {args.out}")
+        return _report_export(report, args.endpoint)
+    except KeyError as error:
+        print(error.args[0], file=sys.stderr)
+        return 2
+    finally:
+        if exporter is not None:
+            exporter.shutdown()
