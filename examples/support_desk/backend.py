@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .runtime import NS_PER_MS
+from .runtime import NS_PER_MS, TICK_MS
 
 CUSTOMERS: dict[str, dict[str, Any]] = {
     "C-1001": {"name": "Alice Moreau", "email": "alice@example.com"},
@@ -24,59 +24,78 @@ CUSTOMERS: dict[str, dict[str, Any]] = {
     "C-1006": {"name": "Fatima Khan", "email": "fatima@example.com"},
 }
 
+def _order(customer_id: str, status: str, placed_at: str, item: str, total: float) -> dict[str, Any]:
+    return {"customer_id": customer_id, "status": status, "placed_at": placed_at, "items": [item], "total": total}
+
+
 ORDERS: dict[str, dict[str, Any]] = {
-    "O-5001": {"customer_id": "C-1001", "status": "shipped", "placed_at": "2025-01-02", "items": ["Trail running shoes"], "total": 120.00},
-    "O-5003": {"customer_id": "C-1002", "status": "shipped", "placed_at": "2024-12-30", "items": ["Standing desk"], "total": 349.00},
-    "O-5004": {"customer_id": "C-1003", "status": "shipped", "placed_at": "2025-01-03", "items": ["Noise-cancelling headphones"], "total": 199.00},
-    "O-5006": {"customer_id": "C-1004", "status": "delivered", "placed_at": "2024-12-20", "items": ["Blender"], "total": 89.00},
-    "O-5007": {"customer_id": "C-1005", "status": "returned", "placed_at": "2024-12-10", "items": ["Wool coat"], "total": 145.00},
-    "O-5008": {"customer_id": "C-1006", "status": "cancelled", "placed_at": "2025-01-04", "items": ["Espresso machine"], "total": 259.00},
-    "O-5009": {"customer_id": "C-1001", "status": "delivered", "placed_at": "2024-12-15", "items": ["Desk lamp"], "total": 51.99},
-    "O-5010": {"customer_id": "C-1002", "status": "processing", "placed_at": "2025-01-05", "items": ["Yoga mat"], "total": 35.00},
-    "O-5011": {"customer_id": "C-1002", "status": "shipped", "placed_at": "2025-01-01", "items": ["Water bottle"], "total": 18.00},
-    "O-5012": {"customer_id": "C-1003", "status": "shipped", "placed_at": "2025-01-02", "items": ["Backpack"], "total": 79.00},
-    "O-5013": {"customer_id": "C-1003", "status": "delivered", "placed_at": "2024-12-28", "items": ["Rain jacket"], "total": 110.00},
-    "O-5014": {"customer_id": "C-1005", "status": "delivered", "placed_at": "2024-12-22", "items": ["Cast iron pan"], "total": 45.00},
-    "O-5015": {"customer_id": "C-1005", "status": "processing", "placed_at": "2025-01-05", "items": ["Chef's knife"], "total": 65.00},
-    "O-5016": {"customer_id": "C-1006", "status": "shipped", "placed_at": "2025-01-03", "items": ["Bookshelf"], "total": 189.00},
+    "O-5001": _order("C-1001", "shipped", "2025-01-02", "Trail running shoes", 120.00),
+    "O-5003": _order("C-1002", "shipped", "2024-12-30", "Standing desk", 349.00),
+    "O-5004": _order("C-1003", "shipped", "2025-01-03", "Noise-cancelling headphones", 199.00),
+    "O-5006": _order("C-1004", "delivered", "2024-12-20", "Blender", 89.00),
+    "O-5007": _order("C-1005", "returned", "2024-12-10", "Wool coat", 145.00),
+    "O-5008": _order("C-1006", "cancelled", "2025-01-04", "Espresso machine", 259.00),
+    "O-5009": _order("C-1001", "delivered", "2024-12-15", "Desk lamp", 51.99),
+    "O-5010": _order("C-1002", "processing", "2025-01-05", "Yoga mat", 35.00),
+    "O-5011": _order("C-1002", "shipped", "2025-01-01", "Water bottle", 18.00),
+    "O-5012": _order("C-1003", "shipped", "2025-01-02", "Backpack", 79.00),
+    "O-5013": _order("C-1003", "delivered", "2024-12-28", "Rain jacket", 110.00),
+    "O-5014": _order("C-1005", "delivered", "2024-12-22", "Cast iron pan", 45.00),
+    "O-5015": _order("C-1005", "processing", "2025-01-05", "Chef's knife", 65.00),
+    "O-5016": _order("C-1006", "shipped", "2025-01-03", "Bookshelf", 189.00),
 }
+
+
+def _shipment(carrier: str, tracking_number: str, status: str, eta: str, **extra: str) -> dict[str, Any]:
+    return {"carrier": carrier, "tracking_number": tracking_number, "status": status, "eta": eta, **extra}
+
 
 SHIPMENTS: dict[str, dict[str, Any]] = {
-    "O-5001": {"carrier": "UPS", "tracking_number": "1Z999AA10123456784", "status": "in_transit", "eta": "2025-01-09"},
-    "O-5003": {"carrier": "FedEx", "tracking_number": "771234567890", "status": "delayed", "eta": "2025-01-14",
-               "delay_reason": "severe weather at the Memphis hub"},
-    "O-5004": {"carrier": "USPS", "tracking_number": "9400111899223344556677", "status": "in_transit", "eta": "2025-01-10"},
-    "O-5011": {"carrier": "UPS", "tracking_number": "1Z999AA10123456799", "status": "in_transit", "eta": "2025-01-08"},
-    "O-5012": {"carrier": "DHL", "tracking_number": "JD014600006281234567", "status": "in_transit", "eta": "2025-01-11"},
-    "O-5013": {"carrier": "DHL", "tracking_number": "JD014600006281234568", "status": "delivered", "eta": "2025-01-05",
-               "delivered_note": "left at the front door"},
-    "O-5016": {"carrier": "UPS", "tracking_number": "1Z999AA10123456790", "status": "out_for_delivery", "eta": "2025-01-07"},
+    "O-5001": _shipment("UPS", "1Z999AA10123456784", "in_transit", "2025-01-09"),
+    "O-5003": _shipment(
+        "FedEx", "771234567890", "delayed", "2025-01-14", delay_reason="severe weather at the Memphis hub"
+    ),
+    "O-5004": _shipment("USPS", "9400111899223344556677", "in_transit", "2025-01-10"),
+    "O-5011": _shipment("UPS", "1Z999AA10123456799", "in_transit", "2025-01-08"),
+    "O-5012": _shipment("DHL", "JD014600006281234567", "in_transit", "2025-01-11"),
+    "O-5013": _shipment(
+        "DHL", "JD014600006281234568", "delivered", "2025-01-05", delivered_note="left at the front door"
+    ),
+    "O-5016": _shipment("UPS", "1Z999AA10123456790", "out_for_delivery", "2025-01-07"),
 }
+
+
+def _invoice(customer_id: str, amount: float, status: str, issued: str, *lines: str, **extra: Any) -> dict[str, Any]:
+    invoice = {"customer_id": customer_id, "amount": amount, "status": status, "issued": issued, "lines": list(lines)}
+    return {**invoice, **extra}
+
 
 INVOICES: dict[str, dict[str, Any]] = {
-    "INV-9003": {"customer_id": "C-1001", "amount": 41.50, "status": "paid", "issued": "2025-01-12",
-                 "lines": ["Pro plan (Jan 12-31, prorated upgrade from Basic)", "Basic plan credit"]},
-    "INV-9005": {"customer_id": "C-1002", "amount": 9.00, "status": "paid", "issued": "2025-01-01",
-                 "lines": ["Basic plan"], "charges": ["ch_3QbA71", "ch_3QbA72"]},
-    "INV-9010": {"customer_id": "C-1003", "amount": 58.00, "status": "paid", "issued": "2025-01-01",
-                 "lines": ["Pro plan", "2 extra seats"]},
-    "INV-9011": {"customer_id": "C-1003", "amount": 29.00, "status": "paid", "issued": "2024-12-01", "lines": ["Pro plan"]},
-    "INV-9012": {"customer_id": "C-1004", "amount": 29.00, "status": "paid", "issued": "2025-01-01", "lines": ["Pro plan (January)"]},
-    "INV-9013": {"customer_id": "C-1004", "amount": 15.00, "status": "paid", "issued": "2025-01-03",
-                 "lines": ["One-time data export add-on"]},
-    "INV-9014": {"customer_id": "C-1006", "amount": 29.00, "status": "paid", "issued": "2025-01-01", "lines": ["Pro plan"]},
-    "INV-9015": {"customer_id": "C-1005", "amount": 29.00, "status": "paid", "issued": "2024-12-03", "lines": ["Pro plan"]},
-    "INV-9016": {"customer_id": "C-1005", "amount": 34.00, "status": "open", "issued": "2025-01-03",
-                 "lines": ["Pro plan", "1 extra seat (from Jan 20, prorated)"]},
+    "INV-9003": _invoice("C-1001", 41.50, "paid", "2025-01-12",
+                         "Pro plan (Jan 12-31, prorated upgrade from Basic)", "Basic plan credit"),
+    "INV-9005": _invoice("C-1002", 9.00, "paid", "2025-01-01", "Basic plan", charges=["ch_3QbA71", "ch_3QbA72"]),
+    "INV-9010": _invoice("C-1003", 58.00, "paid", "2025-01-01", "Pro plan", "2 extra seats"),
+    "INV-9011": _invoice("C-1003", 29.00, "paid", "2024-12-01", "Pro plan"),
+    "INV-9012": _invoice("C-1004", 29.00, "paid", "2025-01-01", "Pro plan (January)"),
+    "INV-9013": _invoice("C-1004", 15.00, "paid", "2025-01-03", "One-time data export add-on"),
+    "INV-9014": _invoice("C-1006", 29.00, "paid", "2025-01-01", "Pro plan"),
+    "INV-9015": _invoice("C-1005", 29.00, "paid", "2024-12-03", "Pro plan"),
+    "INV-9016": _invoice("C-1005", 34.00, "open", "2025-01-03", "Pro plan", "1 extra seat (from Jan 20, prorated)"),
 }
 
+
+def _account(plan: str, next_charge_date: str, next_charge_amount: float, payment_method: str) -> dict[str, Any]:
+    return {"plan": plan, "next_charge_date": next_charge_date, "next_charge_amount": next_charge_amount,
+            "payment_method": payment_method}
+
+
 BILLING_ACCOUNTS: dict[str, dict[str, Any]] = {
-    "C-1001": {"plan": "Pro", "next_charge_date": "2025-02-01", "next_charge_amount": 29.00, "payment_method": "Visa ending 4242"},
-    "C-1002": {"plan": "Basic", "next_charge_date": "2025-02-01", "next_charge_amount": 9.00, "payment_method": "Mastercard ending 5100"},
-    "C-1003": {"plan": "Pro", "next_charge_date": "2025-02-01", "next_charge_amount": 58.00, "payment_method": "Visa ending 1881"},
-    "C-1004": {"plan": "Pro", "next_charge_date": "2025-02-01", "next_charge_amount": 29.00, "payment_method": "Amex ending 0005"},
-    "C-1005": {"plan": "Pro", "next_charge_date": "2025-02-03", "next_charge_amount": 39.00, "payment_method": "Visa ending 7310"},
-    "C-1006": {"plan": "Pro", "next_charge_date": "2025-02-01", "next_charge_amount": 29.00, "payment_method": "Visa ending 6602"},
+    "C-1001": _account("Pro", "2025-02-01", 29.00, "Visa ending 4242"),
+    "C-1002": _account("Basic", "2025-02-01", 9.00, "Mastercard ending 5100"),
+    "C-1003": _account("Pro", "2025-02-01", 58.00, "Visa ending 1881"),
+    "C-1004": _account("Pro", "2025-02-01", 29.00, "Amex ending 0005"),
+    "C-1005": _account("Pro", "2025-02-03", 39.00, "Visa ending 7310"),
+    "C-1006": _account("Pro", "2025-02-01", 29.00, "Visa ending 6602"),
 }
 
 REFUNDS: dict[str, dict[str, Any]] = {
@@ -92,25 +111,25 @@ REFUND_ELIGIBILITY: dict[str, dict[str, Any]] = {
     "O-5009": {"amount": 12.99, "basis": "shipping fee refunded for late delivery"},
 }
 
+
+def _article(article_id: str, title: str, keywords: str, summary: str) -> dict[str, Any]:
+    return {"id": article_id, "title": title, "keywords": keywords.split(), "summary": summary,
+            "url": f"https://help.example.com/kb/{article_id.removeprefix('KB-')}"}
+
+
 KB_ARTICLES: list[dict[str, Any]] = [
-    {"id": "KB-101", "title": "Reset your password", "keywords": ["password", "reset", "forgot", "login", "log"],
-     "summary": "Use 'Forgot password' on the sign-in page; the reset link is valid for 30 minutes.",
-     "url": "https://help.example.com/kb/101"},
-    {"id": "KB-204", "title": "Change the email address on your account", "keywords": ["change", "email", "address"],
-     "summary": "Go to Settings > Profile > Email, enter the new address and confirm it from the link we send.",
-     "url": "https://help.example.com/kb/204"},
-    {"id": "KB-305", "title": "Delete your account", "keywords": ["delete", "close", "account", "remove"],
-     "summary": "Go to Settings > Privacy > Delete account; deletion becomes permanent after 14 days.",
-     "url": "https://help.example.com/kb/305"},
-    {"id": "KB-410", "title": "Returns and refunds policy", "keywords": ["return", "returns", "refund", "policy"],
-     "summary": "Items can be returned within 30 days of delivery for a full refund to the original payment method.",
-     "url": "https://help.example.com/kb/410"},
-    {"id": "KB-512", "title": "Shipping times", "keywords": ["shipping", "international", "delivery", "times"],
-     "summary": "Domestic orders arrive in 3-5 business days, international orders in 7-14.",
-     "url": "https://help.example.com/kb/512"},
-    {"id": "KB-618", "title": "Update your payment method", "keywords": ["credit", "card", "payment", "update", "method"],
-     "summary": "Open Billing > Payment methods, add the new card and mark it as default.",
-     "url": "https://help.example.com/kb/618"},
+    _article("KB-101", "Reset your password", "password reset forgot login log",
+             "Use 'Forgot password' on the sign-in page; the reset link is valid for 30 minutes."),
+    _article("KB-204", "Change the email address on your account", "change email address",
+             "Go to Settings > Profile > Email, enter the new address and confirm it from the link we send."),
+    _article("KB-305", "Delete your account", "delete close account remove",
+             "Go to Settings > Privacy > Delete account; deletion becomes permanent after 14 days."),
+    _article("KB-410", "Returns and refunds policy", "return returns refund policy",
+             "Items can be returned within 30 days of delivery for a full refund to the original payment method."),
+    _article("KB-512", "Shipping times", "shipping international delivery times",
+             "Domestic orders arrive in 3-5 business days, international orders in 7-14."),
+    _article("KB-618", "Update your payment method", "credit card payment update method",
+             "Open Billing > Payment methods, add the new card and mark it as default."),
 ]
 
 
@@ -177,7 +196,9 @@ class Backend:
 
     def __init__(self, rng: random.Random) -> None:
         self.timings = {
-            name: EndpointTiming(ok_ms=rng.randrange(8, 30) * 10 + skew, rejected_ms=rng.randrange(1, 4) * 10 + skew)
+            name: EndpointTiming(
+                ok_ms=rng.randrange(8, 30) * TICK_MS + skew, rejected_ms=rng.randrange(1, 4) * TICK_MS + skew
+            )
             for name, skew in ENDPOINT_SKEW_MS.items()
         }
         self._invoice_limiter = InvoiceRenderLimiter()
@@ -239,7 +260,7 @@ class Backend:
         if order_id is not None:
             eligibility = REFUND_ELIGIBILITY.get(order_id)
             if eligibility is None:
-                raise InvalidRequestError(f"order {order_id} is not eligible", message="Order is not eligible for a refund")
+                raise InvalidRequestError(f"order {order_id} is not eligible", message="Not eligible for a refund")
             reference, amount = order_id, eligibility["amount"]
             refund_id = "RF-7" + order_id[-3:]
         elif invoice_id is not None and len(INVOICES.get(invoice_id, {}).get("charges", [])) > 1:
@@ -255,7 +276,7 @@ class Backend:
     def kb_search(self, query: str) -> dict[str, Any]:
         words = set(re.findall(r"[a-z]+", query.lower()))
         scored = [(len(words & set(article["keywords"])), index) for index, article in enumerate(KB_ARTICLES)]
-        ranked = [KB_ARTICLES[index] for score, index in sorted(scored, key=lambda pair: (-pair[0], pair[1])) if score > 0]
+        ranked = [KB_ARTICLES[index] for score, index in sorted(scored, key=lambda pair: (-pair[0], pair[1])) if score]
         hits = [{key: article[key] for key in ("id", "title", "summary", "url")} for article in ranked[:2]]
         return {"query": query, "articles": hits}
 

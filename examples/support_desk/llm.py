@@ -14,12 +14,11 @@ from typing import Any
 from opentelemetry.trace import Span, SpanKind
 
 from .config import ModelLabels
-from .runtime import Process, Sleep
+from .runtime import TICK_MS, Process, Sleep
 from .telemetry import Tracing, to_json
 from .tools import ToolCall, ToolResult
 
 Message = dict[str, Any]
-TICK_MS = 10
 
 
 def system_message(text: str) -> Message:
@@ -70,7 +69,9 @@ class ScriptedModel:
     def __post_init__(self) -> None:
         self.ms_per_output_token = self.rng.choice((6.0, 8.0, 11.0))
 
-    def chat(self, *, agent_name: str, model: str, messages: Sequence[Message], reply: Reply, parent: Span) -> Process[Reply]:
+    def chat(
+        self, *, agent_name: str, model: str, messages: Sequence[Message], reply: Reply, parent: Span
+    ) -> Process[Reply]:
         output_message = reply.as_output_message()
         input_tokens = estimate_tokens(list(messages))
         output_tokens = estimate_tokens(output_message)

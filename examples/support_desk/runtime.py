@@ -18,6 +18,8 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 NS_PER_MS = 1_000_000
+# Agent-side durations (model latency, back-off) are whole ticks; see backend.ENDPOINT_SKEW_MS.
+TICK_MS = 10
 
 
 @dataclass(frozen=True)

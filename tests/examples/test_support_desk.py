@@ -39,7 +39,9 @@ AGENT_NAMES = {
 GIVEAWAY = re.compile(r"mediator_race|retry_loop|misrout|\bbugs?\b|\bbuggy\b|\brace\b|\bplanted\b|\binjected\b", re.I)
 
 
-def run(bugs: str = "all", seed: int = 0, release: str = "r1", task_ids: Any = None) -> tuple[list[TaskResult], list[ReadableSpan]]:
+def run(
+    bugs: str = "all", seed: int = 0, release: str = "r1", task_ids: Any = None
+) -> tuple[list[TaskResult], list[ReadableSpan]]:
     exporter = InMemorySpanExporter()
     results = run_suite(release=release, bugs=bugs, seed=seed, exporter=exporter, task_ids=task_ids)
     return results, list(exporter.get_finished_spans())
@@ -51,6 +53,10 @@ def name_path(span: ReadableSpan, by_id: dict[int, ReadableSpan]) -> str:
         span = by_id[span.parent.span_id]
         names.append(span.name)
     return " / ".join(reversed(names))
+
+
+def flatten(attributes: Any) -> tuple[str, ...]:
+    return tuple(sorted(f"{key}={value}" for key, value in attributes.items()))
 
 
 def signature(spans: list[ReadableSpan]) -> list[tuple]:
@@ -70,8 +76,8 @@ def signature(spans: list[ReadableSpan]) -> list[tuple]:
             span.kind.name,
             span.status.status_code.name,
             span.status.description,
-            tuple(sorted((k, str(v)) for k, v in span.attributes.items())),
-            tuple((e.name, e.timestamp, tuple(sorted((k, str(v)) for k, v in e.attributes.items()))) for e in span.events),
+            flatten(span.attributes),
+            tuple((event.name, event.timestamp, flatten(event.attributes)) for event in span.events),
             tuple(sorted(resource.items())),
         ))
     return sorted(rows)
@@ -213,7 +219,8 @@ def test_retry_loop_shows_identical_failing_calls_and_backoff_fixes_it() -> None
     assert len(lookups) == 3 and len(refused) == 1
     retried = [
         s for s in lookups
-        if s is not refused[0] and s.attributes["gen_ai.tool.call.arguments"] == refused[0].attributes["gen_ai.tool.call.arguments"]
+        if s is not refused[0]
+        and s.attributes["gen_ai.tool.call.arguments"] == refused[0].attributes["gen_ai.tool.call.arguments"]
     ]
     assert len(retried) == 1 and retried[0].start_time - refused[0].end_time >= 2_000_000_000
 
@@ -262,7 +269,9 @@ def test_whole_suite_runs_well_under_two_seconds() -> None:
 
 
 def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
+    # The collector is local: keep any proxy configured in the environment out of the way.
+    no_proxy = {"NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), **no_proxy}
     return subprocess.run(
         [sys.executable, "-m", "examples.support_desk", *args],
         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout,

@@ -77,7 +77,9 @@ class ToolWorker(Agent):
 
     def _chat(self, messages: list[Message], reply: Reply, span: Span) -> Process[Reply]:
         model = self.context.config.models.worker
-        return self.context.model.chat(agent_name=self.name, model=model, messages=list(messages), reply=reply, parent=span)
+        return self.context.model.chat(
+            agent_name=self.name, model=model, messages=list(messages), reply=reply, parent=span
+        )
 
     def _call_with_retries(self, call: ToolCall, span: Span) -> Process[ToolResult]:
         attempt = 1
@@ -105,7 +107,9 @@ def summarize(history: Sequence[ToolResult]) -> str:
 
 
 def _ids(assignment: Assignment, attribute: str, *kinds: str) -> list[str]:
-    return [value for intent in assignment.intents if not kinds or intent.kind in kinds for value in getattr(intent, attribute)]
+    """The identifiers of one sort (`order_ids`, `topics`, ...) across the assignment's intents."""
+    intents = [intent for intent in assignment.intents if not kinds or intent.kind in kinds]
+    return [value for intent in intents for value in getattr(intent, attribute)]
 
 
 class OrdersWorker(ToolWorker):
