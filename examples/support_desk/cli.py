@@ -8,6 +8,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from opentelemetry.sdk.trace.export import SpanExporter
+
 from .config import BUG_NAMES, BugSwitches
 from .suite import SuiteReport, execute_suite
 from .tasks import TASKS, get_task
@@ -61,7 +63,7 @@ def _print_report(report: SuiteReport, *, release: str, seed: int, bugs: BugSwit
     print(f"total: {report.passed}/{len(report.results)} passed, mean score {report.mean_score:.3f}")
 
 
-def _export_target(args: argparse.Namespace):  # -> SpanExporter | None
+def _export_target(args: argparse.Namespace) -> SpanExporter | None:
     if not args.endpoint:
         return None
     return otlp_http_exporter(args.endpoint, args.key)

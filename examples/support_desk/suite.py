@@ -15,7 +15,7 @@ from .agents import DeskContext
 from .backend import Backend
 from .config import BugSwitches, DeskConfig
 from .desk import DESK_AGENT_NAME, DESK_DESCRIPTION, handle_ticket
-from .llm import ScriptedModel, user_message, assistant_message
+from .llm import ScriptedModel, assistant_message, user_message
 from .runtime import Scheduler
 from .tasks import TASKS, Task, get_task, grade, select_tasks
 from .telemetry import RunTelemetry, Tracing, to_json
@@ -144,7 +144,7 @@ def execute_suite(
     config = DeskConfig(bugs=BugSwitches.parse(bugs))
     telemetry = RunTelemetry(release=release, exporter=exporter)
     report = SuiteReport()
-    for task in select_tasks(task_ids if task_ids is None or isinstance(task_ids, str) else list(task_ids)):
+    for task in select_tasks(task_ids):
         report.results.append(_run_one(task, seed, config, telemetry))
         telemetry.flush()
     report.exported_spans = telemetry.exported_count

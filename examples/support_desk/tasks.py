@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 # Internal error codes must never reach a customer, whatever the ticket.
@@ -124,8 +125,9 @@ def get_task(task_id: str) -> Task:
         raise KeyError(f"unknown task {task_id!r}; run `python -m examples.support_desk list`") from None
 
 
-def select_tasks(task_ids: str | list[str] | tuple[str, ...] | None) -> list[Task]:
-    if task_ids is None or task_ids == "" or task_ids == "all":
+def select_tasks(task_ids: str | Sequence[str] | None) -> list[Task]:
+    """`None`, `""` or `"all"` select the whole suite; otherwise ids, comma-separated or as a list."""
+    if task_ids is None or task_ids in ("", "all"):
         return list(TASKS)
-    ids = [part.strip() for part in task_ids.split(",")] if isinstance(task_ids, str) else list(task_ids)
-    return [get_task(task_id) for task_id in ids if task_id]
+    ids = task_ids.split(",") if isinstance(task_ids, str) else list(task_ids)
+    return [get_task(task_id.strip()) for task_id in ids if task_id.strip()]

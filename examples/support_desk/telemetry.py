@@ -8,8 +8,7 @@ otherwise leave the wrong span "current".
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from opentelemetry import trace
@@ -136,21 +135,3 @@ class Tracing:
         span.record_exception(error, timestamp=self._clock.now_ns)
         span.set_attribute("error.type", error_type or type(error).__qualname__)
         span.set_status(Status(StatusCode.ERROR, str(error)))
-
-    @contextmanager
-    def span(
-        self,
-        name: str,
-        *,
-        parent: Span | None,
-        kind: SpanKind = SpanKind.INTERNAL,
-        attributes: Mapping[str, AttributeValue] | None = None,
-    ) -> Iterator[Span]:
-        span = self.start(name, parent=parent, kind=kind, attributes=attributes)
-        try:
-            yield span
-        except Exception as error:
-            self.record_error(span, error)
-            raise
-        finally:
-            self.end(span)
