@@ -24,8 +24,40 @@ import re
 from functools import lru_cache
 from typing import Any
 
+from .content import (
+    COST_KEYS,
+    F_AI_META,
+    F_FLAT_PROMPT,
+    F_FLUE_TASK,
+    F_FLUE_TOOL,
+    F_LF_META,
+    F_LF_TRACE_META,
+    F_LIVEKIT,
+    F_REQUEST_PARAMS,
+    IO_KEYS,
+    USAGE_KEYS,
+    cost_from_mapping,
+    extract_cost,
+    extract_io,
+    extract_usage,
+    scan_flags,
+    usage_from_mapping,
+)
 from .records import SpanRecord
-from .values import datetime_to_iso, decode_jsonish, ns_to_datetime, parse_iso_datetime, to_float, to_int
+from .values import datetime_to_iso, decode_jsonish, ns_to_datetime, parse_iso_datetime, to_float
+
+__all__ = [
+    "LANGFUSE_TYPE_TO_KIND",
+    "build_span_record",
+    "classify_kind",
+    "cost_from_mapping",
+    "node_fields",
+    "normalize_name",
+    "outcome_value",
+    "resource_context",
+    "score_value",
+    "usage_from_mapping",
+]
 
 # ---------------------------------------------------------------------------------------------------------------
 # kinds
@@ -227,12 +259,12 @@ def classify_kind(a: dict, name: str, scope: str, flags: int = 0) -> str:
             return kind
     if "gen_ai.tool.name" in a or "gen_ai.tool.call.id" in a:
         return "TOOL"
-    if flags & _F_FLUE_TOOL:
+    if flags & F_FLUE_TOOL:
         return "TOOL"
-    if flags & _F_FLUE_TASK:
+    if flags & F_FLUE_TASK:
         return "AGENT"
     if name in ("agent_turn", "start_agent_activity", "function_tool") and (
-        flags & _F_LIVEKIT or "livekit" in scope.lower()
+        flags & F_LIVEKIT or "livekit" in scope.lower()
     ):
         return "TOOL" if name == "function_tool" else "AGENT"
     # vendor kinds Langfuse ignores
@@ -260,7 +292,7 @@ def classify_kind(a: dict, name: str, scope: str, flags: int = 0) -> str:
     # heuristics
     if "tool.name" in a or "ai.toolCall.name" in a:
         return "TOOL"
-    if flags & _F_FLAT_PROMPT or "llm.input_messages.0.message.role" in a or "llm.input_messages.0.message.content" in a:
+    if flags & F_FLAT_PROMPT or "llm.input_messages.0.message.role" in a or "llm.input_messages.0.message.content" in a:
         return "LLM"
     if "embedding.model_name" in a:
         return "EMBEDDING"
@@ -337,429 +369,57 @@ def node_fields(
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# attribute scan (one pass over the keys)
-
-_F_FLAT_PROMPT = 1
-_F_FLAT_COMPLETION = 2
-_F_FLAT_OI_IN = 4
-_F_FLAT_OI_OUT = 8
-_F_LF_META = 16
-_F_LF_TRACE_META = 32
-_F_AI_META = 64
-_F_REQUEST_PARAMS = 128
-_F_FLUE_TOOL = 256
-_F_FLUE_TASK = 512
-_F_LIVEKIT = 1024
-
-_SCAN_PREFIXES = (
-    "gen_ai.prompt.",
-    "gen_ai.completion.",
-    "llm.input_messages.",
-    "llm.output_messages.",
-    "langfuse.observation.metadata.",
-    "langfuse.trace.metadata.",
-    "ai.telemetry.metadata.",
-    "gen_ai.request.",
-    "flue.",
-    "lk.",
-)
-
-
-def _scan(a: dict) -> int:
-    flags = 0
-    for k in a:
-        if k.startswith(_SCAN_PREFIXES):
-            if k.startswith("gen_ai.prompt."):
-                flags |= _F_FLAT_PROMPT
-            elif k.startswith("gen_ai.completion."):
-                flags |= _F_FLAT_COMPLETION
-            elif k.startswith("llm.input_messages."):
-                flags |= _F_FLAT_OI_IN
-            elif k.startswith("llm.output_messages."):
-                flags |= _F_FLAT_OI_OUT
-            elif k.startswith("langfuse.observation.metadata."):
-                flags |= _F_LF_META
-            elif k.startswith("langfuse.trace.metadata."):
-                flags |= _F_LF_TRACE_META
-            elif k.startswith("ai.telemetry.metadata."):
-                flags |= _F_AI_META
-            elif k.startswith("gen_ai.request."):
-                flags |= _F_REQUEST_PARAMS
-            elif k.startswith("flue.tool."):
-                flags |= _F_FLUE_TOOL
-            elif k.startswith("flue.task."):
-                flags |= _F_FLUE_TASK
-            elif k.startswith("lk."):
-                flags |= _F_LIVEKIT
-    return flags
-
-
-_MAX_FLAT_INDEX = 1000  # cap for re-nesting flattened lists (keys like `9999.content` must not blow memory up)
-
-
-def unflatten(a: dict, prefix: str) -> Any:
-    """Re-nest flattened keys under `prefix` (e.g. `gen_ai.prompt.0.role`) into lists / dicts."""
-    root: dict = {}
-    n = len(prefix)
-    for key, value in a.items():
-        if not key.startswith(prefix):
-            continue
-        parts = key[n:].split(".")
-        node = root
-        ok = True
-        for part in parts[:-1]:
-            if part.isdigit() and int(part) > _MAX_FLAT_INDEX:
-                ok = False
-                break
-            child = node.get(part)
-            if not isinstance(child, dict):
-                child = {}
-                node[part] = child
-            node = child
-        if ok and parts[-1]:
-            node[parts[-1]] = value
-    return _listify(root)
-
-
-def _listify(node: Any) -> Any:
-    if isinstance(node, dict):
-        if node and all(k.isdigit() for k in node):
-            return [_listify(node[k]) for k in sorted(node, key=int) if int(k) <= _MAX_FLAT_INDEX]
-        return {k: _listify(v) for k, v in node.items()}
-    return node
-
-
-def _messages_from_openinference(items: Any) -> Any:
-    if isinstance(items, list):
-        return [item.get("message", item) if isinstance(item, dict) else item for item in items]
-    return items
-
-
-def _present(value: Any) -> bool:
-    return value is not None and value != "" and value != [] and value != {}
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# input / output
-
-# simple attribute carriers, in Langfuse's precedence order (special sources are interleaved in _extract_io)
-_IN_A = ("genkit:input", "ai.prompt.messages", "ai.prompt", "ai.toolCall.args")
-_OUT_A = ("genkit:output", "ai.response.text", "ai.response.object", "ai.response.toolCalls", "ai.toolCall.result")
-_IN_B = (
-    "gcp.vertex.agent.llm_request",
-    "gcp.vertex.agent.tool_call_args",
-    "all_messages_events",
-    "mlflow.spanInputs",
-    "traceloop.entity.input",
-    "input.value",
-    "input",
-    "pydantic_ai.all_messages",
-    "tool_arguments",
-)
-_OUT_B = (
-    "gcp.vertex.agent.llm_response",
-    "gcp.vertex.agent.tool_response",
-    "mlflow.spanOutputs",
-    "traceloop.entity.output",
-    "output.value",
-    "output",
-    "final_result",
-    "tool_response",
-)
-
-_ROLE_EVENTS = {
-    "gen_ai.system.message": "system",
-    "gen_ai.user.message": "user",
-    "gen_ai.assistant.message": "assistant",
-    "gen_ai.tool.message": "tool",
-}
-
-
-def _first_attr(a: dict, keys: tuple[str, ...]) -> Any:
-    for key in keys:
-        value = a.get(key)
-        if value is not None and value != "":
-            value = decode_jsonish(value)
-            if _present(value):
-                return value
-    return None
-
-
-def _genai_messages(a: dict, key: str, *, with_system: bool) -> Any:
-    value = a.get(key)
-    if value is None:
-        return None
-    value = decode_jsonish(value)
-    if not _present(value):
-        return None
-    if with_system:
-        system = a.get("gen_ai.system_instructions")
-        if system is not None:
-            system = decode_jsonish(system)
-            if _present(system) and isinstance(value, list):
-                if isinstance(system, list):
-                    value = [{"role": "system", "parts": system}, *value]
-                else:
-                    value = [{"role": "system", "content": system}, *value]
-    return value
-
-
-def _io_from_events(events: list[dict]) -> tuple[Any, Any]:
-    """Input/output carried by span events, by Langfuse precedence: inference.operation.details, then the
-    deprecated per-message events + gen_ai.choice, then Semantic Kernel's gen_ai.content.prompt/completion."""
-    details_in = details_out = None
-    msgs: list = []
-    choices: list = []
-    prompt = completion = None
-    for ev in events:
-        name = ev["name"]
-        if not name.startswith("gen_ai."):
-            continue
-        ea = ev["attributes"]
-        if name == "gen_ai.client.inference.operation.details":
-            if details_in is None:
-                details_in = _genai_messages(ea, "gen_ai.input.messages", with_system=True)
-            if details_out is None:
-                details_out = _genai_messages(ea, "gen_ai.output.messages", with_system=False)
-        elif name in _ROLE_EVENTS:
-            msg = {k: decode_jsonish(v) for k, v in ea.items() if k not in ("gen_ai.system", "gen_ai.provider.name")}
-            msg.setdefault("role", _ROLE_EVENTS[name])
-            msgs.append(msg)
-        elif name == "gen_ai.choice":
-            choices.append({k: decode_jsonish(v) for k, v in ea.items()})
-        elif name == "gen_ai.content.prompt":
-            if prompt is None:
-                prompt = decode_jsonish(ea.get("gen_ai.prompt"))
-        elif name == "gen_ai.content.completion":
-            if completion is None:
-                completion = decode_jsonish(ea.get("gen_ai.completion"))
-    inp = details_in if _present(details_in) else (msgs or (prompt if _present(prompt) else None))
-    if _present(details_out):
-        out = details_out
-    elif choices:
-        out = choices[0] if len(choices) == 1 else choices
-    else:
-        out = completion if _present(completion) else None
-    return inp, out
-
-
-def extract_io(a: dict, events: list[dict], *, is_root: bool, flags: int) -> tuple[Any, Any]:
-    inp = out = None
-    v = a.get("langfuse.observation.input")
-    if v is None and is_root:
-        v = a.get("langfuse.trace.input")
-    if v is not None:
-        v = decode_jsonish(v)
-        if _present(v):
-            inp = v
-    v = a.get("langfuse.observation.output")
-    if v is None and is_root:
-        v = a.get("langfuse.trace.output")
-    if v is not None:
-        v = decode_jsonish(v)
-        if _present(v):
-            out = v
-    if inp is None:
-        inp = _first_attr(a, _IN_A)
-    if out is None:
-        out = _first_attr(a, _OUT_A)
-    if events and (inp is None or out is None):
-        ev_in, ev_out = _io_from_events(events)
-        if inp is None:
-            inp = ev_in
-        if out is None:
-            out = ev_out
-    if inp is None:
-        inp = _first_attr(a, _IN_B)
-    if out is None:
-        out = _first_attr(a, _OUT_B)
-    if inp is None and flags & _F_FLAT_PROMPT:
-        v = unflatten(a, "gen_ai.prompt.")
-        if _present(v):
-            inp = v
-    if out is None and flags & _F_FLAT_COMPLETION:
-        v = unflatten(a, "gen_ai.completion.")
-        if _present(v):
-            out = v
-    if inp is None and flags & _F_FLAT_OI_IN:
-        v = _messages_from_openinference(unflatten(a, "llm.input_messages."))
-        if _present(v):
-            inp = v
-    if out is None and flags & _F_FLAT_OI_OUT:
-        v = _messages_from_openinference(unflatten(a, "llm.output_messages."))
-        if _present(v):
-            out = v
-    if inp is None:
-        inp = _genai_messages(a, "gen_ai.input.messages", with_system=True)
-    if out is None:
-        out = _genai_messages(a, "gen_ai.output.messages", with_system=False)
-    if inp is None:
-        inp = _first_attr(a, ("gen_ai.tool.call.arguments", "gen_ai.prompt"))
-    if out is None:
-        out = _first_attr(a, ("gen_ai.tool.call.result", "gen_ai.completion"))
-    # A carrier that is present but empty means "the step produced nothing" (a finding), not "not recorded".
-    if inp is None and any(a.get(k) == "" for k in _EMPTY_IN):
-        inp = ""
-    if out is None and any(a.get(k) == "" for k in _EMPTY_OUT):
-        out = ""
-    return inp, out
-
-
-_EMPTY_IN = ("langfuse.observation.input", "input.value", "input", "traceloop.entity.input")
-_EMPTY_OUT = ("langfuse.observation.output", "output.value", "output", "traceloop.entity.output", "final_result")
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# usage and cost
-
-_IN_KEYS = ("input_tokens", "prompt_tokens", "promptTokens", "inputTokens", "input", "prompt")
-_OUT_KEYS = ("output_tokens", "completion_tokens", "completionTokens", "outputTokens", "output", "completion")
-_CACHED_KEYS = (
-    "cached_tokens",
-    "cache_read_input_tokens",
-    "input_cached_tokens",
-    "input_cache_read",
-    "cache_read",
-    "cachedContentTokens",
-    "cachedInputTokens",
-)
-# Langfuse bucket keys: its `input` / `output` exclude these, so they are added back (OTel-style inclusive counts)
-_LF_INPUT_BUCKETS = ("input_cached_tokens", "input_cache_read", "input_cache_creation", "input_cache_write")
-_LF_OUTPUT_BUCKETS = ("output_reasoning", "output_reasoning_tokens", "output_audio", "output_audio_tokens")
-
-
-def usage_from_mapping(d: dict) -> tuple[int | None, int | None, int | None]:
-    """(input, output, cached) from a usage dict in any of the usual shapes: Langfuse usage / usageDetails
-    (`input`/`output` + buckets), OpenAI Chat (`prompt_tokens`, `prompt_tokens_details.cached_tokens`), OpenAI
-    Responses (`input_tokens`, `input_tokens_details`), Vercel / Genkit camelCase. Keys naming the same count are
-    never added together."""
-    inp = out = cached = None
-    for key in _IN_KEYS:
-        if key in d:
-            inp = to_int(d[key])
-            if inp is not None:
-                if key == "input":
-                    extra = [to_int(d.get(b)) for b in _LF_INPUT_BUCKETS]
-                    inp += sum(x for x in extra if x)
-                break
-    for key in _OUT_KEYS:
-        if key in d:
-            out = to_int(d[key])
-            if out is not None:
-                if key == "output":
-                    extra = [to_int(d.get(b)) for b in _LF_OUTPUT_BUCKETS]
-                    out += sum(x for x in extra if x)
-                break
-    for key in _CACHED_KEYS:
-        if key in d:
-            cached = to_int(d[key])
-            if cached is not None:
-                break
-    if cached is None:
-        for key in ("prompt_tokens_details", "input_tokens_details", "promptTokensDetails", "inputTokensDetails"):
-            details = d.get(key)
-            if isinstance(details, dict):
-                cached = to_int(details.get("cached_tokens", details.get("cachedTokens")))
-                if cached is not None:
-                    break
-    return inp, out, cached
-
-
-_GENERIC_IN = ("gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens", "llm.token_count.prompt", "llm.usage.prompt_tokens")
-_GENERIC_OUT = (
-    "gen_ai.usage.output_tokens",
-    "gen_ai.usage.completion_tokens",
-    "llm.token_count.completion",
-    "llm.usage.completion_tokens",
-)
-_GENERIC_CACHED = (
-    "gen_ai.usage.cache_read.input_tokens",
-    "gen_ai.usage.cache_read_input_tokens",
-    "gen_ai.usage.prompt_tokens_details.cached_tokens",
-    "gen_ai.usage.input_tokens_details.cached_tokens",
-    "llm.token_count.prompt_details.cache_read",
-)
-_AGG_IN = ("gen_ai.aggregated_usage.input_tokens", "gen_ai.aggregated_usage.prompt_tokens")
-_AGG_OUT = ("gen_ai.aggregated_usage.output_tokens", "gen_ai.aggregated_usage.completion_tokens")
-_AGG_CACHED = ("gen_ai.aggregated_usage.cache_read.input_tokens", "gen_ai.aggregated_usage.cache_read_input_tokens")
-
-
-def _first_int(a: dict, keys: tuple[str, ...]) -> int | None:
-    for key in keys:
-        value = a.get(key)
-        if value is not None:
-            n = to_int(value)
-            if n is not None:
-                return n
-    return None
-
-
-def extract_usage(a: dict) -> tuple[int | None, int | None, int | None, bool]:
-    """(input, output, cached, from_aggregated_keys)."""
-    v = a.get("langfuse.observation.usage_details")
-    if v is not None:
-        d = decode_jsonish(v)
-        if isinstance(d, dict):
-            inp, out, cached = usage_from_mapping(d)
-            if inp is not None or out is not None:
-                return inp, out, cached, False
-    if "genkit:output" in a and a.get("genkit:metadata:subtype") in ("model", "background-model"):
-        d = decode_jsonish(a["genkit:output"])
-        usage = d.get("usage") if isinstance(d, dict) else None
-        if isinstance(usage, dict):
-            inp, out, cached = usage_from_mapping(usage)
-            if inp is not None or out is not None:
-                return inp, out, cached, False
-    inp = _first_int(a, ("ai.usage.inputTokens", "ai.usage.promptTokens"))
-    out = _first_int(a, ("ai.usage.outputTokens", "ai.usage.completionTokens"))
-    if inp is not None or out is not None:
-        return inp, out, _first_int(a, ("ai.usage.cachedInputTokens",)), False
-    inp = _first_int(a, _GENERIC_IN)
-    out = _first_int(a, _GENERIC_OUT)
-    if inp is not None or out is not None:
-        return inp, out, _first_int(a, _GENERIC_CACHED), False
-    inp = _first_int(a, _AGG_IN)
-    out = _first_int(a, _AGG_OUT)
-    if inp is not None or out is not None:
-        return inp, out, _first_int(a, _AGG_CACHED), True
-    return None, None, None, False
-
-
-def cost_from_mapping(d: Any) -> float | None:
-    """Total cost from a cost-details dict: `total` if present, else the sum of the numeric entries."""
-    if not isinstance(d, dict):
-        return to_float(d)
-    for key in ("total", "totalCost", "total_cost"):
-        if key in d:
-            total = to_float(d[key])
-            if total is not None:
-                return total
-    values = [to_float(v) for v in d.values()]
-    values = [v for v in values if v is not None]
-    return sum(values) if values else None
-
-
-def extract_cost(a: dict) -> float | None:
-    v = a.get("langfuse.observation.cost_details")
-    if v is not None:
-        cost = cost_from_mapping(decode_jsonish(v))
-        if cost is not None:
-            return cost
-    for key in ("gen_ai.usage.cost", "llm.cost.total"):
-        v = a.get(key)
-        if v is not None:
-            cost = to_float(v)
-            if cost is not None:
-                return cost
-    p = to_float(a.get("llm.cost.prompt"))
-    c = to_float(a.get("llm.cost.completion"))
-    if p is not None or c is not None:
-        return (p or 0.0) + (c or 0.0)
-    return None
-
-
-# ---------------------------------------------------------------------------------------------------------------
 # context (release, environment, session, user, tags, metadata)
+
+
+_RELEASE_KEYS = ("langfuse.release",)
+_VERSION_KEYS = ("service.version",)
+_ENV_KEYS = ("langfuse.environment", "deployment.environment.name", "deployment.environment")
+_SESSION_KEYS = ("langfuse.session.id", "session.id", "gen_ai.conversation.id", "ai.telemetry.metadata.sessionId")
+_USER_KEYS = ("langfuse.user.id", "user.id", "enduser.id", "ai.telemetry.metadata.userId")
+_CONTEXT_KEYS = frozenset((*_RELEASE_KEYS, *_VERSION_KEYS, *_ENV_KEYS, *_SESSION_KEYS, *_USER_KEYS))
+_RELEASE_SET = frozenset((*_RELEASE_KEYS, *_VERSION_KEYS))
+_ENV_SET, _SESSION_SET, _USER_SET = frozenset(_ENV_KEYS), frozenset(_SESSION_KEYS), frozenset(_USER_KEYS)
+_TAG_KEYS = ("langfuse.trace.tags", "langfuse.tags", "ai.telemetry.metadata.tags", "tag.tags")
+_MD_KEYS = frozenset(
+    (
+        "metadata",
+        "langfuse.observation.metadata",
+        "langfuse.trace.metadata",
+        "langfuse.observation.model.parameters",
+        "langfuse.observation.model_parameters",
+        "llm.invocation_parameters",
+        "langfuse.observation.level",
+        "langfuse.version",
+        "langfuse.trace.name",
+        "langfuse.trace.public",
+        "langfuse.observation.prompt.name",
+        "langfuse.observation.prompt.version",
+        "langfuse.observation.completion_start_time",
+    )
+)
+_MISC_KEYS = frozenset(
+    (
+        *_TAG_KEYS,
+        "clear.outcome",
+        "clear.score",
+        "clear.task.id",
+        "langfuse.internal.as_root",
+        "langfuse.observation.level",
+        "langfuse.observation.status_message",
+        "langfuse.observation.type",
+        "logfire.span_type",
+        "logfire.feedback.name",
+        "traceloop.span.kind",
+        "genkit:metadata:subtype",
+        "gen_ai.operation.name",
+        *_MODEL_FALLBACK_KEYS,
+    )
+)
+# every attribute key a rule consults: `hit = KNOWN_KEYS.intersection(a)` lets absent groups be skipped at once
+KNOWN_KEYS = IO_KEYS | USAGE_KEYS | COST_KEYS | _CONTEXT_KEYS | _MD_KEYS | _MISC_KEYS
+_CLEAR_KEYS = frozenset(("clear.outcome", "clear.score", "clear.task.id"))
+_TAG_SET = frozenset(_TAG_KEYS)
 
 
 def _span_or_resource(a: dict, r: dict, keys: tuple[str, ...]) -> str | None:
@@ -773,9 +433,22 @@ def _span_or_resource(a: dict, r: dict, keys: tuple[str, ...]) -> str | None:
     return None
 
 
+def resource_context(resource: dict) -> tuple:
+    """(langfuse.release, service.version, environment, session, user) from resource attributes alone; computed
+    once per resource and used for every span that carries none of these keys itself."""
+    e: dict = {}
+    return (
+        _span_or_resource(resource, e, _RELEASE_KEYS),
+        _span_or_resource(resource, e, _VERSION_KEYS),
+        _span_or_resource(resource, e, _ENV_KEYS),
+        _span_or_resource(resource, e, _SESSION_KEYS),
+        _span_or_resource(resource, e, _USER_KEYS),
+    )
+
+
 def _tags(a: dict, metadata: dict) -> list[str]:
     tags: list[str] = []
-    for key in ("langfuse.trace.tags", "langfuse.tags", "ai.telemetry.metadata.tags", "tag.tags"):
+    for key in _TAG_KEYS:
         value = a.get(key)
         if value is None:
             continue
@@ -795,7 +468,12 @@ def _tags(a: dict, metadata: dict) -> list[str]:
     return tags
 
 
-def _metadata(a: dict, flags: int, links: list | None) -> dict:
+_MD_FLAGS = F_LF_META | F_LF_TRACE_META | F_AI_META | F_REQUEST_PARAMS
+
+
+def _metadata(a: dict, hit: set, flags: int, links: list | None) -> dict:
+    if not (hit & _MD_KEYS) and not flags & _MD_FLAGS:
+        return {"links": links} if links else {}
     md: dict = {}
     v = a.get("metadata")  # OpenInference: JSON string
     if v is not None:
@@ -807,7 +485,7 @@ def _metadata(a: dict, flags: int, links: list | None) -> dict:
         d = decode_jsonish(v)
         if isinstance(d, dict):
             md.update(d)
-    if flags & (_F_LF_META | _F_LF_TRACE_META | _F_AI_META | _F_REQUEST_PARAMS):
+    if flags & _MD_FLAGS:
         trace_md: dict = {}
         params: dict = {}
         for key, value in a.items():
@@ -927,36 +605,44 @@ def build_span_record(
     resource: dict,
     scope: str,
     links: list | None = None,
+    resource_ctx: tuple | None = None,
 ) -> SpanRecord:
     """Map one decoded OTLP span. `attributes` / `resource` hold plain values, `events` are
-    `{name, time, attributes}` dicts; times are unix nanoseconds (0 = absent)."""
+    `{name, time, attributes}` dicts; times are unix nanoseconds (0 = absent). `resource_ctx` is
+    `resource_context(resource)`, passed by decoders that map many spans of one resource."""
     a = attributes
-    flags = _scan(a) if a else 0
+    hit = KNOWN_KEYS.intersection(a)
+    flags = scan_flags(a) if a else 0
     kind = classify_kind(a, name, scope, flags)
 
     agent_name = _first_str(a, _AGENT_NAME_KEYS)
     tool_name = _first_str(a, _TOOL_NAME_KEYS)
     if tool_name is None:
-        if a.get("traceloop.span.kind") == "tool":
+        if kind == "TOOL":
+            if a.get("traceloop.span.kind") == "tool":
+                tool_name = _str(a.get("traceloop.entity.name"))
+            if tool_name is None:
+                tool_name = _tool_from_span_name(name) or (
+                    name.strip() or None if a.get("langfuse.observation.type") == "tool" else None
+                )
+        elif "traceloop.span.kind" in hit and a.get("traceloop.span.kind") == "tool":
             tool_name = _str(a.get("traceloop.entity.name"))
-        elif kind == "TOOL":
-            tool_name = _tool_from_span_name(name) or (
-                name.strip() or None if a.get("langfuse.observation.type") == "tool" else None
-            )
     if kind == "AGENT" and agent_name is None:
         agent_name = _agent_from_span_name(name) or (
             name.strip() or None if a.get("langfuse.observation.type") == "agent" else None
         )
-    self_named = a.get("logfire.span_type") == "annotation" or "logfire.feedback.name" in a
+    self_named = ("logfire.span_type" in hit and a["logfire.span_type"] == "annotation") or (
+        "logfire.feedback.name" in hit
+    )
     node, node_fallback = node_fields(
         kind=kind, name=name, agent_name=agent_name, tool_name=tool_name, self_named=self_named
     )
 
     model = _first_str(a, _MODEL_KEYS)
     if model is None:
-        if a.get("genkit:metadata:subtype") in ("model", "background-model"):
+        if "genkit:metadata:subtype" in hit and a["genkit:metadata:subtype"] in ("model", "background-model"):
             model = _str(a.get("genkit:name"))
-        if model is None:
+        if model is None and hit:
             for key in _MODEL_FALLBACK_KEYS:
                 value = a.get(key)
                 if value is not None:
@@ -964,12 +650,13 @@ def build_span_record(
                     if model:
                         break
 
-    is_root = parent_span_id is None or _truthy(a.get("langfuse.internal.as_root"))
-    inp, out = extract_io(a, events, is_root=is_root, flags=flags)
+    is_root = parent_span_id is None or (
+        "langfuse.internal.as_root" in hit and _truthy(a["langfuse.internal.as_root"])
+    )
+    inp, out = extract_io(a, hit, events, is_root=is_root, flags=flags)
 
-    in_tok, out_tok, cached, aggregated = extract_usage(a)
-    has_usage = in_tok is not None or out_tok is not None
-    usage_is_aggregate = has_usage and (
+    in_tok, out_tok, cached, aggregated = extract_usage(a, hit)
+    usage_is_aggregate = (in_tok is not None or out_tok is not None) and (
         aggregated
         or kind in ("AGENT", "CHAIN")
         or (kind not in ("LLM", "EMBEDDING") and agent_name is not None)
@@ -983,29 +670,41 @@ def build_span_record(
         status = "ok"
     else:
         status = "unset"
-    level = a.get("langfuse.observation.level")
-    if isinstance(level, str) and level.strip().upper() in _ERROR_LEVELS:
-        status = "error"
-    msg = a.get("langfuse.observation.status_message")
-    if not isinstance(msg, str) or not msg:
-        msg = status_message or ""
+    msg = status_message or ""
+    if "langfuse.observation.level" in hit:
+        level = a["langfuse.observation.level"]
+        if isinstance(level, str) and level.strip().upper() in _ERROR_LEVELS:
+            status = "error"
+    if "langfuse.observation.status_message" in hit:
+        lf_msg = a["langfuse.observation.status_message"]
+        if isinstance(lf_msg, str) and lf_msg:
+            msg = lf_msg
     exceptions = _exceptions(events) if events else []
     if status == "error" and not msg and exceptions:
         first = exceptions[0]
         msg = f"{first['type']}: {first['message']}" if first["type"] else first["message"]
 
     r = resource
-    metadata = _metadata(a, flags, links)
-    release = _span_or_resource(a, r, ("langfuse.release",)) or _span_or_resource(r, a, ("service.version",))
-    environment = _span_or_resource(
-        a, r, ("langfuse.environment", "deployment.environment.name", "deployment.environment")
-    )
-    session_id = _span_or_resource(
-        a, r, ("langfuse.session.id", "session.id", "gen_ai.conversation.id", "ai.telemetry.metadata.sessionId")
-    ) or _str(metadata.get("langfuse_session_id"))
-    user_id = _span_or_resource(
-        a, r, ("langfuse.user.id", "user.id", "enduser.id", "ai.telemetry.metadata.userId")
-    ) or _str(metadata.get("langfuse_user_id"))
+    metadata = _metadata(a, hit, flags, links)
+    if resource_ctx is None:
+        resource_ctx = resource_context(r)
+    r_release, r_version, environment, session_id, user_id = resource_ctx
+    release = r_release or r_version
+    ctx_hit = hit & _CONTEXT_KEYS
+    if ctx_hit:  # span-level keys win, key by key (span before resource for each key)
+        if ctx_hit & _RELEASE_SET:
+            release = _span_or_resource(a, r, _RELEASE_KEYS) or _span_or_resource(r, a, _VERSION_KEYS)
+        if ctx_hit & _ENV_SET:
+            environment = _span_or_resource(a, r, _ENV_KEYS)
+        if ctx_hit & _SESSION_SET:
+            session_id = _span_or_resource(a, r, _SESSION_KEYS)
+        if ctx_hit & _USER_SET:
+            user_id = _span_or_resource(a, r, _USER_KEYS)
+    if metadata:
+        if session_id is None:
+            session_id = _str(metadata.get("langfuse_session_id"))
+        if user_id is None:
+            user_id = _str(metadata.get("langfuse_user_id"))
 
     start_time = ns_to_datetime(start_ns) if start_ns else None
     end_time = ns_to_datetime(end_ns) if end_ns else None
@@ -1013,12 +712,13 @@ def build_span_record(
         start_time = end_time if end_time is not None else _now()
 
     outcome = score = task_id = None
-    if "clear.outcome" in a:
-        outcome = outcome_value(a["clear.outcome"])
-    if "clear.score" in a:
-        score = score_value(a["clear.score"])
-    if "clear.task.id" in a:
-        task_id = _str(a["clear.task.id"])
+    if hit & _CLEAR_KEYS:
+        if "clear.outcome" in a:
+            outcome = outcome_value(a["clear.outcome"])
+        if "clear.score" in a:
+            score = score_value(a["clear.score"])
+        if "clear.task.id" in a:
+            task_id = _str(a["clear.task.id"])
 
     return SpanRecord(
         trace_id=trace_id,
@@ -1041,12 +741,12 @@ def build_span_record(
         output_tokens=out_tok,
         cached_tokens=cached,
         usage_is_aggregate=usage_is_aggregate,
-        cost=extract_cost(a),
+        cost=extract_cost(a, hit),
         release=release,
         environment=environment,
         session_id=session_id,
         user_id=user_id,
-        tags=_tags(a, metadata),
+        tags=_tags(a, metadata) if (hit & _TAG_SET or "langfuse_tags" in metadata) else [],
         metadata=metadata,
         attributes=a,
         resource=r,

@@ -21,7 +21,7 @@ from typing import Any
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from .mapping import build_span_record
+from .mapping import build_span_record, resource_context
 from .records import OtlpBatch
 from .values import clean_float, datetime_to_iso, id_from_json, loads, ns_to_datetime, to_int
 
@@ -206,6 +206,7 @@ def _decode_protobuf(body: bytes) -> OtlpBatch:
     idx = 0
     for rs in req.resource_spans:
         resource = _pb_attrs(rs.resource.attributes)
+        resource_ctx = resource_context(resource)
         for ss in rs.scope_spans:
             scope = ss.scope.name
             for sp in ss.spans:
@@ -240,6 +241,7 @@ def _decode_protobuf(body: bytes) -> OtlpBatch:
                         resource=resource,
                         scope=scope,
                         links=_pb_links(sp.links) if len(sp.links) else None,
+                        resource_ctx=resource_ctx,
                     )
                 )
                 idx += 1
@@ -533,6 +535,7 @@ def _decode_json(body: bytes | str) -> OtlpBatch:
         rs = _j_obj(rs, p_rs)
         res = _j_obj(rs.get("resource"), f"{p_rs}.resource")
         resource = _j_attrs(res.get("attributes"), f"{p_rs}.resource.attributes")
+        resource_ctx = resource_context(resource)
         for j, ss in enumerate(_j_list(_g(rs, "scopeSpans", "scope_spans"), f"{p_rs}.scopeSpans")):
             p_ss = f"{p_rs}.scopeSpans[{j}]"
             ss = _j_obj(ss, p_ss)
@@ -589,6 +592,7 @@ def _decode_json(body: bytes | str) -> OtlpBatch:
                         resource=resource,
                         scope=scope,
                         links=_j_links(links, f"{p_sp}.links") if links else None,
+                        resource_ctx=resource_ctx,
                     )
                 )
                 idx += 1
