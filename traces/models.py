@@ -1,1 +1,161 @@
-from django.db import models  # noqa: F401
+from django.db import models
+
+from clear.projects.models import Project
+
+
+class Trace(models.Model):
+    """A trace's summary, derived from its spans (see services.trace_finalize); spans are the source of truth."""
+
+    class Outcome(models.TextChoices):
+        SUCCESS = "success", "Success"
+        FAILURE = "failure", "Failure"
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="traces")
+    trace_id = models.CharField(max_length=32)
+    name = models.CharField(max_length=500, blank=True)
+    root_span_id = models.CharField(max_length=16, blank=True)
+    start_time = models.DateTimeField(null=True, blank=True)
+    end_time = models.DateTimeField(null=True, blank=True)
+    status = models.CharField(max_length=10, default="unset")
+    span_count = models.PositiveIntegerField(default=0)
+    error_count = models.PositiveIntegerField(default=0)
+    input_tokens = models.BigIntegerField(default=0)
+    output_tokens = models.BigIntegerField(default=0)
+    cost = models.FloatField(null=True, blank=True)
+    outcome = models.CharField(max_length=10, choices=Outcome.choices, null=True, blank=True)
+    score = models.FloatField(null=True, blank=True)
+    outcome_source = models.CharField(max_length=20, blank=True, help_text="root span, langfuse score or api")
+    task_id = models.CharField(max_length=200, blank=True)
+    release = models.CharField(max_length=200, blank=True)
+    environment = models.CharField(max_length=200, blank=True)
+    session_id = models.CharField(max_length=200, blank=True)
+    user_id = models.CharField(max_length=200, blank=True)
+    tags = models.JSONField(default=list, blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
+    first_received_at = models.DateTimeField(auto_now_add=True)
+    last_received_at = models.DateTimeField(auto_now_add=True)
+    finalized_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["project", "trace_id"], name="trace_unique_per_project")]
+        indexes = [
+            models.Index(fields=["project", "-start_time"], name="trace_project_start"),
+            models.Index(fields=["project", "release"], name="trace_project_release"),
+            models.Index(fields=["project", "last_received_at"], name="trace_project_received"),
+        ]
+
+    def __str__(self) -> str:
+        return self.trace_id
+
+
+class Span(models.Model):
+    class Kind(models.TextChoices):
+        AGENT = "AGENT"
+        LLM = "LLM"
+        TOOL = "TOOL"
+        CHAIN = "CHAIN"
+        RETRIEVER = "RETRIEVER"
+        EMBEDDING = "EMBEDDING"
+        GUARDRAIL = "GUARDRAIL"
+        EVALUATOR = "EVALUATOR"
+        EVENT = "EVENT"
+        SPAN = "SPAN"
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    trace = models.ForeignKey(Trace, on_delete=models.CASCADE, related_name="spans")
+    span_id = models.CharField(max_length=16)
+    parent_span_id = models.CharField(max_length=16, blank=True)
+    name = models.CharField(max_length=500)
+    kind = models.CharField(max_length=10, choices=Kind.choices, default=Kind.SPAN)
+    node = models.CharField(max_length=300, blank=True)
+    # True when the node came from the span's own name or tool (no AGENT ancestor known yet); finalisation
+    # re-resolves these once late parents have arrived.
+    node_inferred = models.BooleanField(default=False)
+    node_fallback = models.CharField(max_length=300, blank=True)
+    agent_name = models.CharField(max_length=300, blank=True)
+    tool_name = models.CharField(max_length=300, blank=True)
+    model = models.CharField(max_length=300, blank=True)
+    input = models.JSONField(null=True, blank=True)
+    output = models.JSONField(null=True, blank=True)
+    status = models.CharField(max_length=10, default="unset")
+    status_message = models.TextField(blank=True)
+    start_time = models.DateTimeField()
+    end_time = models.DateTimeField(null=True, blank=True)
+    input_tokens = models.BigIntegerField(null=True, blank=True)
+    output_tokens = models.BigIntegerField(null=True, blank=True)
+    cached_tokens = models.BigIntegerField(null=True, blank=True)
+    usage_is_aggregate = models.BooleanField(default=False)
+    cost = models.FloatField(null=True, blank=True)
+    release = models.CharField(max_length=200, blank=True)
+    environment = models.CharField(max_length=200, blank=True)
+    session_id = models.CharField(max_length=200, blank=True)
+    user_id = models.CharField(max_length=200, blank=True)
+    tags = models.JSONField(default=list, blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
+    attributes = models.JSONField(default=dict, blank=True)
+    resource = models.JSONField(default=dict, blank=True)
+    scope = models.CharField(max_length=300, blank=True)
+    events = models.JSONField(default=list, blank=True)
+    exceptions = models.JSONField(default=list, blank=True)
+    received_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            # The trace row is per project, so this is idempotency on (project, trace id, span id).
+            models.UniqueConstraint(fields=["trace", "span_id"], name="span_unique_per_trace")
+        ]
+        indexes = [
+            models.Index(fields=["trace", "start_time"], name="span_trace_start"),
+            models.Index(fields=["project", "node"], name="span_project_node"),
+        ]
+
+    @property
+    def duration_ms(self) -> float | None:
+        if self.end_time is None:
+            return None
+        return (self.end_time - self.start_time).total_seconds() * 1000
+
+
+class Score(models.Model):
+    """A score sent with a trace (e.g. a Langfuse score); the one named by CLEAR_OUTCOME_SCORE_NAME sets the outcome."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    trace = models.ForeignKey(Trace, on_delete=models.CASCADE, related_name="scores")
+    span_id = models.CharField(max_length=16, blank=True)
+    external_id = models.CharField(max_length=200, blank=True)
+    name = models.CharField(max_length=200)
+    value = models.FloatField(null=True, blank=True)
+    string_value = models.TextField(blank=True)
+    comment = models.TextField(blank=True)
+    source = models.CharField(max_length=40, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["project", "external_id"], condition=~models.Q(external_id=""), name="score_unique_external_id"
+            )
+        ]
+
+
+class OutboxItem(models.Model):
+    """Follow-up work written in the ingesting transaction; a sweeper hands it to Celery, so a broker outage
+    delays the work but never loses it or fails the request."""
+
+    topic = models.CharField(max_length=100)
+    key = models.CharField(max_length=200)
+    payload = models.JSONField(default=dict)
+    created_at = models.DateTimeField(auto_now_add=True)
+    available_at = models.DateTimeField()
+    dispatched_at = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(blank=True)
+
+    class Meta:
+        constraints = [
+            # One pending item per (topic, key): a trace receiving 100 batches gets finalised once, not 100 times.
+            models.UniqueConstraint(
+                fields=["topic", "key"], condition=models.Q(dispatched_at__isnull=True), name="outbox_pending_unique"
+            )
+        ]
+        indexes = [models.Index(fields=["dispatched_at", "available_at"], name="outbox_pending")]

@@ -196,7 +196,10 @@ CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TASK_SOFT_TIME_LIMIT = env_int("CELERY_TASK_SOFT_TIME_LIMIT", 600)
 CELERY_TASK_TIME_LIMIT = env_int("CELERY_TASK_TIME_LIMIT", 660)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-CELERY_BEAT_SCHEDULE: dict = {}
+CELERY_BEAT_SCHEDULE: dict = {
+    # Hands pending outbox rows to the workers (they stay pending while the broker is down).
+    "traces-outbox-sweep": {"task": "traces.outbox_sweep", "schedule": env_float("CLEAR_OUTBOX_SWEEP_SECONDS", 5.0)},
+}
 
 # Clear's own settings.
 CLEAR_INGEST_MAX_BODY_BYTES = env_int("CLEAR_INGEST_MAX_BODY_BYTES", 16 * 1024 * 1024)

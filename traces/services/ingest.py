@@ -1,0 +1,247 @@
+"""The write path: normalised spans into Postgres, idempotent on (project, trace id, span id).
+
+One transaction per request: trace rows, span rows and the outbox items for follow-up work commit together, so
+the client's 200 means the spans are durable and their processing is scheduled.
+"""
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field, fields as dataclass_fields
+
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from clear.projects.models import Project
+from traces.models import Span, Trace
+from traces.normalize import LangfuseBatch, ScoreRecord, SpanRecord, SpanUpdate, TraceUpdate, resolve_nodes
+from traces.services.outbox import TRACE_FINALIZE, outbox_enqueue
+
+_SPAN_COLUMNS = (
+    "parent_span_id", "name", "kind", "node", "node_fallback", "agent_name", "tool_name", "model", "input", "output",
+    "status", "status_message", "start_time", "end_time", "input_tokens", "output_tokens", "cached_tokens",
+    "usage_is_aggregate", "cost", "release", "environment", "session_id", "user_id", "tags", "metadata",
+    "attributes", "resource", "scope", "events", "exceptions",
+)
+_TEXT_COLUMNS = {
+    "parent_span_id", "node", "node_fallback", "agent_name", "tool_name", "model", "status_message", "release",
+    "environment", "session_id", "user_id", "scope",
+}
+_MERGED_DICTS = {"metadata", "attributes"}
+# Trace fields a root span (or a Langfuse trace-create) sets on the trace summary.
+_TRACE_CONTEXT = ("release", "environment", "session_id", "user_id")
+
+
+@dataclass
+class IngestResult:
+    spans_received: int = 0
+    spans_created: int = 0
+    trace_ids: list[str] = field(default_factory=list)
+
+
+def _span_values(record: SpanRecord) -> dict:
+    values = {}
+    for column in _SPAN_COLUMNS:
+        value = getattr(record, column)
+        if value is None and column in _TEXT_COLUMNS:
+            value = ""
+        values[column] = value
+    values["name"] = (record.name or "")[:500]
+    return values
+
+
+def _trace_rows(*, project: Project, trace_ids: Iterable[str]) -> dict[str, Trace]:
+    """Get or create the trace rows, in sorted order so that concurrent batches lock them in the same order."""
+    wanted = sorted(set(trace_ids))
+    now = timezone.now()
+    Trace.objects.bulk_create(
+        [Trace(project=project, trace_id=trace_id, first_received_at=now, last_received_at=now) for trace_id in wanted],
+        ignore_conflicts=True,
+    )
+    rows = {trace.trace_id: trace for trace in Trace.objects.filter(project=project, trace_id__in=wanted)}
+    Trace.objects.filter(pk__in=[rows[t].pk for t in wanted]).update(last_received_at=now)
+    return rows
+
+
+def _apply_root_context(*, trace: Trace, record: SpanRecord) -> list[str]:
+    """Copy what a root span says about the whole trace onto the trace row; returns the changed field names."""
+    changed = []
+    updates = {
+        "name": (record.name or "")[:500],
+        "root_span_id": record.span_id,
+        "task_id": record.task_id or "",
+        "tags": record.tags or [],
+        **{name: getattr(record, name) or "" for name in _TRACE_CONTEXT},
+    }
+    for name, value in updates.items():
+        if value and getattr(trace, name) != value:
+            setattr(trace, name, value)
+            changed.append(name)
+    if record.outcome and trace.outcome_source != "api":
+        trace.outcome, trace.outcome_source = record.outcome, "root_span"
+        changed += ["outcome", "outcome_source"]
+    if record.score is not None and trace.outcome_source != "api":
+        trace.score = record.score
+        changed.append("score")
+    return changed
+
+
+def _known_parent_nodes(*, traces: dict[str, Trace], spans: list[SpanRecord]) -> dict[str, tuple[str | None, str | None]]:
+    """(kind, node) of stored parents that are not in this batch; an inferred node says nothing about its agent."""
+    in_batch = {(s.trace_id, s.span_id) for s in spans}
+    missing: dict[int, set[str]] = defaultdict(set)
+    for span in spans:
+        if span.node is None and span.parent_span_id and (span.trace_id, span.parent_span_id) not in in_batch:
+            missing[traces[span.trace_id].pk].add(span.parent_span_id)
+    if not missing:
+        return {}
+    condition = Q()
+    for trace_pk, span_ids in missing.items():
+        condition |= Q(trace_id=trace_pk, span_id__in=span_ids)
+    known = {}
+    for span_id, kind, node, inferred in Span.objects.filter(condition).values_list(
+        "span_id", "kind", "node", "node_inferred"
+    ):
+        known[span_id] = (kind, None if inferred and kind != Span.Kind.AGENT else node)
+    return known
+
+
+def _resolve_nodes(*, traces: dict[str, Trace], spans: list[SpanRecord]) -> set[tuple[str, str]]:
+    """Fill every span's node; returns the keys of spans whose node is only a fallback for now."""
+    undecided = {(s.trace_id, s.span_id) for s in spans if s.node is None}
+    resolve_nodes(spans, known_nodes=_known_parent_nodes(traces=traces, spans=spans))
+    return {
+        (s.trace_id, s.span_id)
+        for s in spans
+        if (s.trace_id, s.span_id) in undecided and s.node == (s.node_fallback or s.name)
+    }
+
+
+def spans_ingest(*, project: Project, spans: list[SpanRecord], provided_fields: dict | None = None) -> IngestResult:
+    """Store spans; a span already stored is left as it is, except for the fields listed in `provided_fields`
+    (Langfuse creates are upserts that carry only some fields)."""
+    result = IngestResult(spans_received=len(spans))
+    if not spans:
+        return result
+    with transaction.atomic():
+        traces = _trace_rows(project=project, trace_ids=(s.trace_id for s in spans))
+        inferred = _resolve_nodes(traces=traces, spans=spans)
+        existing = _existing_span_keys(traces=traces, spans=spans)
+        rows, seen = [], set()
+        for record in spans:
+            key = (record.trace_id, record.span_id)
+            if key in seen:
+                continue  # the same span twice in one request: the first copy wins, as with a retried batch
+            seen.add(key)
+            if key in existing:
+                if provided_fields and key in provided_fields:
+                    _span_merge(trace=traces[record.trace_id], span_id=record.span_id,
+                                fields={f: getattr(record, f) for f in provided_fields[key] if f in _SPAN_COLUMNS})
+                continue
+            rows.append(Span(project=project, trace=traces[record.trace_id], span_id=record.span_id,
+                             node_inferred=key in inferred, **_span_values(record)))
+        created = Span.objects.bulk_create(rows, ignore_conflicts=True, batch_size=1000)
+        result.spans_created = len(created)
+        for record in spans:
+            if record.is_root:
+                trace = traces[record.trace_id]
+                changed = _apply_root_context(trace=trace, record=record)
+                if changed:
+                    trace.save(update_fields=sorted(set(changed)))
+        outbox_enqueue(topic=TRACE_FINALIZE, keys=[str(traces[t].pk) for t in sorted(traces)])
+        result.trace_ids = sorted(traces)
+    return result
+
+
+def _existing_span_keys(*, traces: dict[str, Trace], spans: list[SpanRecord]) -> set[tuple[str, str]]:
+    by_pk = {trace.pk: trace_id for trace_id, trace in traces.items()}
+    stored = Span.objects.filter(trace_id__in=list(by_pk), span_id__in={s.span_id for s in spans})
+    return {(by_pk[trace_pk], span_id) for trace_pk, span_id in stored.values_list("trace_id", "span_id")}
+
+
+def _span_merge(*, trace: Trace, span_id: str, fields: dict) -> bool:
+    span = Span.objects.select_for_update().filter(trace=trace, span_id=span_id).first()
+    if span is None:
+        return False
+    changed = []
+    for name, value in fields.items():
+        if name not in _SPAN_COLUMNS:
+            continue
+        if name in _MERGED_DICTS and isinstance(value, dict):
+            value = {**(getattr(span, name) or {}), **value}
+        if value is None and name in _TEXT_COLUMNS:
+            value = ""
+        setattr(span, name, value)
+        changed.append(name)
+    if changed:
+        span.save(update_fields=changed)
+    return True
+
+
+def _record_from_fields(*, trace_id: str, span_id: str, fields: dict) -> SpanRecord:
+    known = {f.name for f in dataclass_fields(SpanRecord)}
+    values = {k: v for k, v in fields.items() if k in known and k not in {"trace_id", "span_id"}}
+    values.setdefault("name", "")
+    values.setdefault("start_time", timezone.now())
+    return SpanRecord(trace_id=trace_id, span_id=span_id, **values)
+
+
+def langfuse_batch_ingest(*, project: Project, batch: LangfuseBatch) -> None:
+    """Store a normalised Langfuse batch: creates (upserts), updates, trace attributes and scores."""
+    with transaction.atomic():
+        spans_ingest(project=project, spans=batch.spans, provided_fields=batch.provided_fields)
+        for update in batch.traces:
+            _trace_update_apply(project=project, update=update)
+        for update in batch.updates:
+            _span_update_apply(project=project, update=update)
+        if batch.scores:
+            scores_ingest(project=project, scores=batch.scores)
+
+
+def _trace_update_apply(*, project: Project, update: TraceUpdate) -> None:
+    trace = _trace_rows(project=project, trace_ids=[update.trace_id])[update.trace_id]
+    if not _span_merge(trace=trace, span_id=update.root_span_id, fields=update.fields):
+        spans_ingest(project=project, spans=[
+            _record_from_fields(trace_id=update.trace_id, span_id=update.root_span_id, fields=update.fields)
+        ])
+    root = _record_from_fields(trace_id=update.trace_id, span_id=update.root_span_id, fields=update.fields)
+    changed = _apply_root_context(trace=trace, record=root)
+    if changed:
+        trace.save(update_fields=sorted(set(changed)))
+
+
+def _span_update_apply(*, project: Project, update: SpanUpdate) -> None:
+    if update.trace_id is None:
+        span = Span.objects.filter(project=project, span_id=update.span_id).select_related("trace").first()
+        if span is None:
+            return  # an update for a span we never saw and whose trace is unknown: nothing to attach it to
+        trace = span.trace
+    else:
+        trace = _trace_rows(project=project, trace_ids=[update.trace_id])[update.trace_id]
+    if not _span_merge(trace=trace, span_id=update.span_id, fields=update.fields):
+        # Updates can overtake their create (SDKs flush in parallel); store what we have, the create merges later.
+        spans_ingest(project=project, spans=[
+            _record_from_fields(trace_id=trace.trace_id, span_id=update.span_id, fields=update.fields)
+        ])
+    outbox_enqueue(topic=TRACE_FINALIZE, keys=[str(trace.pk)])
+
+
+def scores_ingest(*, project: Project, scores: list[ScoreRecord]) -> None:
+    from traces.models import Score
+
+    traces = _trace_rows(project=project, trace_ids=[s.trace_id for s in scores])
+    for record in scores:
+        defaults = {
+            "trace": traces[record.trace_id],
+            "span_id": record.observation_id or "",
+            "name": record.name[:200],
+            "value": record.value,
+            "string_value": record.string_value or "",
+            "comment": record.comment or "",
+            "source": (record.source or "")[:40],
+        }
+        if record.id:
+            Score.objects.update_or_create(project=project, external_id=record.id[:200], defaults=defaults)
+        else:
+            Score.objects.create(project=project, **defaults)
+    outbox_enqueue(topic=TRACE_FINALIZE, keys=[str(traces[t].pk) for t in sorted(traces)])
