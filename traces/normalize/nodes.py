@@ -86,20 +86,22 @@ def _inherit(
 
 
 def _mark_aggregate_usage(spans: list[SpanRecord], by_id: dict[tuple[str, str], SpanRecord]) -> None:
+    walked: set[tuple[str, str]] = set()  # spans whose whole ancestor chain has been processed already
     for span in spans:
         if span.usage_is_aggregate or (span.input_tokens is None and span.output_tokens is None):
             continue
-        seen = {(span.trace_id, span.span_id)}
         current = span
         for _ in range(_MAX_DEPTH):
             pid = current.parent_span_id
             if pid is None:
                 break
             pkey = (current.trace_id, pid)
-            parent = by_id.get(pkey)
-            if parent is None or pkey in seen:
+            if pkey in walked:
                 break
-            seen.add(pkey)
+            parent = by_id.get(pkey)
+            if parent is None:
+                break
+            walked.add(pkey)
             if parent.input_tokens is not None or parent.output_tokens is not None:
                 parent.usage_is_aggregate = True
             current = parent
