@@ -213,9 +213,16 @@ def _observation_fields(body: dict, *, is_create: bool, event_kind: str | None) 
         md["prompt_name"], md["prompt_version"] = pn, pv
     if md:
         f["metadata"] = md
+    raw = {f"langfuse.{k}": v for k, v in body.items() if k not in _NOT_RAW and v is not None}
+    if raw:
+        f["attributes"] = raw
     if event_kind is not None and is_create:
         f["kind"] = event_kind
     return f
+
+
+# body keys not repeated in `attributes` (they are the record's own fields or large payloads)
+_NOT_RAW = frozenset(("id", "traceId", "parentObservationId", "input", "output", "metadata", "name", "startTime", "endTime"))
 
 
 def _trace_fields(body: dict) -> dict:
@@ -271,8 +278,8 @@ def _trace_fields(body: dict) -> dict:
 
 def _merge(into: dict, fields: dict) -> None:
     for k, v in fields.items():
-        if k == "metadata" and isinstance(into.get("metadata"), dict):
-            into["metadata"] = {**into["metadata"], **v}
+        if k in ("metadata", "attributes") and isinstance(into.get(k), dict):
+            into[k] = {**into[k], **v}
         else:
             into[k] = v
 
@@ -501,7 +508,7 @@ def _build_entities(result: LangfuseBatch, accepted: list) -> None:
         tool_name = name if kind == "TOOL" else None
         node, fallback = node_fields(kind=kind, name=name, agent_name=agent_name, tool_name=tool_name)
         ctx = trace_context.get(trace_raw, {})
-        attrs = {"langfuse.id": obs_raw, "langfuse.trace.id": trace_raw, "langfuse.type": kind}
+        attrs = {**f.get("attributes", {}), "langfuse.id": obs_raw, "langfuse.trace.id": trace_raw, "langfuse.type": kind}
         if entry["parent"]:
             attrs["langfuse.parent_observation_id"] = entry["parent"]
         start = f.get("start_time") or entry["ts"] or _now()

@@ -23,7 +23,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from .mapping import build_span_record, resource_context
 from .records import OtlpBatch
-from .values import clean_float, datetime_to_iso, id_from_json, loads, ns_to_datetime, to_int
+from .values import clean_float, id_from_json, loads, ns_to_iso, to_int
 
 UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type"
 INVALID_PROTOBUF = "invalid_protobuf"
@@ -75,6 +75,8 @@ def content_kind(content_type: str) -> str | None:
 
 def decode_export_request(*, body: bytes, content_type: str) -> OtlpBatch:
     """Decode an OTLP/HTTP `ExportTraceServiceRequest` (already decompressed)."""
+    if not isinstance(body, (bytes, bytearray)):
+        body = bytes(body)  # memoryview etc.
     kind = content_kind(content_type)
     if kind == "protobuf":
         return _decode_protobuf(bytes(body))
@@ -141,7 +143,7 @@ def _pb_events(events) -> list[dict]:
         out.append(
             {
                 "name": ev.name,
-                "time": datetime_to_iso(ns_to_datetime(t)) if t else None,
+                "time": ns_to_iso(t),
                 "attributes": _pb_attrs(ev.attributes),
             }
         )
@@ -467,7 +469,7 @@ def _j_events(events: Any, path: str) -> list[dict]:
         out.append(
             {
                 "name": name if isinstance(name, str) else "",
-                "time": datetime_to_iso(ns_to_datetime(t)) if t else None,
+                "time": ns_to_iso(t),
                 "attributes": _j_attrs(ev.get("attributes"), f"{path}[{i}].attributes"),
             }
         )

@@ -119,8 +119,19 @@ def to_float(value: Any) -> float | None:
     return f
 
 
-def ns_to_datetime(ns: int) -> datetime:
+_MAX_NS = (datetime(9999, 12, 31, tzinfo=UTC) - EPOCH) // timedelta(microseconds=1) * 1000
+
+
+def ns_to_datetime(ns: int) -> datetime | None:
+    """Unix nanoseconds -> aware UTC datetime (microsecond precision); None when outside datetime's range."""
+    if ns < 0 or ns > _MAX_NS:
+        return None
     return EPOCH + timedelta(microseconds=ns // 1000)
+
+
+def ns_to_iso(ns: int) -> str | None:
+    dt = ns_to_datetime(ns) if ns else None
+    return datetime_to_iso(dt) if dt is not None else None
 
 
 def datetime_to_iso(dt: datetime) -> str:

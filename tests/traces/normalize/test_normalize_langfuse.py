@@ -222,3 +222,18 @@ def test_create_only_usage_units_and_costs():
     assert (g1.input_tokens, g1.cost, g1.metadata["usage"]["unit"]) == (None, 0.2, "CHARACTERS")
     assert (g2.input_tokens, g2.output_tokens, g2.cached_tokens) == (100, 20, 20)  # Langfuse buckets made inclusive
     assert (g3.input_tokens, g3.output_tokens) == (7, 3) and g3.cost == pytest.approx(0.3)
+
+
+def test_raw_body_fields_are_kept_in_attributes():
+    result = _run(
+        _ev("generation-create", {"id": "g", "traceId": TRACE, "model": "gpt-4o", "usageDetails": {"input": 3},
+                                  "promptName": "p", "promptVersion": 2, "version": "v1"}),
+        _ev("generation-update", {"id": "g", "costDetails": {"total": 0.1}}, ts=T2),
+    )
+    (span,) = result.spans
+    assert span.attributes["langfuse.model"] == "gpt-4o"
+    assert span.attributes["langfuse.usageDetails"] == {"input": 3}
+    assert span.attributes["langfuse.costDetails"] == {"total": 0.1}
+    assert span.attributes["langfuse.promptVersion"] == 2
+    assert span.metadata["prompt_name"] == "p" and span.metadata["version"] == "v1"
+    json.dumps(span.attributes)

@@ -209,3 +209,21 @@ def test_resource_context_and_clear_attributes():
     (span,) = _decode(_span(attributes=[_kv("clear.score", {"doubleValue": 3.0}),
                                         _kv("clear.outcome", {"stringValue": "maybe"})]))
     assert span.score is None and span.outcome is None
+
+
+def test_out_of_range_times_do_not_break_the_batch():
+    spans = _decode(
+        _span(startTimeUnixNano="99999999999999999999999", endTimeUnixNano="1700000000000000000",
+              events=[{"timeUnixNano": "-5", "name": "e"}]),
+        _span(spanId="eee19b7ec3c1b175", startTimeUnixNano={"low": 0, "high": -2147483648}),
+    )
+    assert spans[0].start_time == spans[0].end_time
+    assert spans[0].events[0]["time"] is None
+    assert spans[1].start_time.tzinfo is not None
+
+
+def test_memoryview_and_bytearray_bodies():
+    doc = {"resourceSpans": [{"scopeSpans": [{"spans": [_span()]}]}]}
+    raw = json.dumps(doc).encode()
+    for body in (memoryview(raw), bytearray(raw)):
+        assert len(decode_export_request(body=body, content_type="application/json").spans) == 1
