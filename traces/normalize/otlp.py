@@ -177,17 +177,21 @@ def _id_problem(tid: bytes, sid: bytes) -> str | None:
     return None
 
 
-def _decode_protobuf(body: bytes) -> OtlpBatch:
-    stripped = body.lstrip()
-    if stripped[:1] in (b"{", b"["):
+def _raise_if_json(body: bytes) -> None:
+    # Only consulted once protobuf parsing has failed: a valid export may well start with 0x0a 0x7b ("\n{").
+    if body.lstrip(b" \t\r\n")[:1] in (b"{", b"["):
         raise OtlpDecodeError(
             "The body looks like JSON but Content-Type says protobuf: send it with 'Content-Type: application/json'.",
             INVALID_PROTOBUF,
         )
+
+
+def _decode_protobuf(body: bytes) -> OtlpBatch:
     req = ExportTraceServiceRequest()
     try:
         req.ParseFromString(body)
     except (DecodeError, ValueError, RuntimeError) as exc:
+        _raise_if_json(body)
         _raise_if_other_signal(body)
         raise OtlpDecodeError(
             "The body is not a valid protobuf ExportTraceServiceRequest (garbage or truncated: "
@@ -195,6 +199,7 @@ def _decode_protobuf(body: bytes) -> OtlpBatch:
             INVALID_PROTOBUF,
         ) from None
     if body and not len(req.resource_spans):
+        _raise_if_json(body)
         _raise_if_other_signal(body)
         raise OtlpDecodeError(
             "The protobuf body holds no resourceSpans (field 1): it is not an ExportTraceServiceRequest."

@@ -28,7 +28,7 @@ _loads = json.JSONDecoder(parse_constant=_parse_constant).decode
 def loads(text: str | bytes) -> Any:
     """json.loads that maps NaN / Infinity literals to strings (Postgres JSONB rejects them)."""
     if isinstance(text, (bytes, bytearray)):
-        text = text.decode("utf-8")
+        text = text.decode("utf-8-sig")  # tolerate a BOM
     return _loads(text)
 
 

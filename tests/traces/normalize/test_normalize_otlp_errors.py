@@ -213,3 +213,18 @@ def test_protobuf_batch_of_only_id_less_spans_is_not_mistaken_for_logs():
     batch = decode_export_request(body=req.SerializeToString(), content_type=PB)
     assert batch.spans == []
     assert [i for i, _ in batch.rejected] == [0, 1, 2]
+
+
+def test_protobuf_that_starts_like_json_is_still_protobuf():
+    """A ResourceSpans of exactly 123 bytes encodes as 0x0a 0x7b ("\\n{"): it must not be mistaken for JSON."""
+    for name_len in range(1, 120):
+        req = ExportTraceServiceRequest()
+        rs = req.resource_spans.add()
+        rs.scope_spans.add().spans.add(name="x" * name_len, trace_id=b"\x01" * 16, span_id=b"\x02" * 8)
+        body = req.SerializeToString()
+        if body[1:2] == b"{":
+            break
+    else:
+        pytest.fail("could not build the case")
+    batch = decode_export_request(body=body, content_type=PB)
+    assert len(batch.spans) == 1

@@ -227,3 +227,8 @@ def test_memoryview_and_bytearray_bodies():
     raw = json.dumps(doc).encode()
     for body in (memoryview(raw), bytearray(raw)):
         assert len(decode_export_request(body=body, content_type="application/json").spans) == 1
+
+
+def test_utf8_bom_is_tolerated():
+    raw = json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [_span()]}]}]}).encode()
+    assert len(decode_export_request(body=b"\xef\xbb\xbf" + raw, content_type="application/json").spans) == 1
