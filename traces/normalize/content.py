@@ -41,10 +41,13 @@ _SCAN_PREFIXES = (
 
 
 def scan_flags(a: dict) -> int:
+    """One pass over the keys: which prefix-keyed carriers the span has (bit flags F_*)."""
     flags = 0
     for k in a:
         if k.startswith(_SCAN_PREFIXES):
-            if k.startswith("gen_ai.prompt."):
+            if k.startswith("gen_ai.request."):  # the most common match first
+                flags |= F_REQUEST_PARAMS
+            elif k.startswith("gen_ai.prompt."):
                 flags |= F_FLAT_PROMPT
             elif k.startswith("gen_ai.completion."):
                 flags |= F_FLAT_COMPLETION
@@ -58,8 +61,6 @@ def scan_flags(a: dict) -> int:
                 flags |= F_LF_TRACE_META
             elif k.startswith("ai.telemetry.metadata."):
                 flags |= F_AI_META
-            elif k.startswith("gen_ai.request."):
-                flags |= F_REQUEST_PARAMS
             elif k.startswith("flue.tool."):
                 flags |= F_FLUE_TOOL
             elif k.startswith("flue.task."):

@@ -469,6 +469,7 @@ def _tags(a: dict, metadata: dict) -> list[str]:
 
 
 _MD_FLAGS = F_LF_META | F_LF_TRACE_META | F_AI_META | F_REQUEST_PARAMS
+_MD_PREFIXES = ("gen_ai.request.", "langfuse.observation.metadata.", "langfuse.trace.metadata.", "ai.telemetry.metadata.")
 
 
 def _metadata(a: dict, hit: set, flags: int, links: list | None) -> dict:
@@ -489,14 +490,17 @@ def _metadata(a: dict, hit: set, flags: int, links: list | None) -> dict:
         trace_md: dict = {}
         params: dict = {}
         for key, value in a.items():
-            if key.startswith("langfuse.observation.metadata."):
+            if not key.startswith(_MD_PREFIXES):
+                continue
+            if key.startswith("gen_ai.request."):
+                if key != "gen_ai.request.model":
+                    params[key[15:]] = value
+            elif key.startswith("langfuse.observation.metadata."):
                 md[key[30:]] = decode_jsonish(value)
             elif key.startswith("langfuse.trace.metadata."):
                 trace_md[key[24:]] = decode_jsonish(value)
             elif key.startswith("ai.telemetry.metadata."):
                 md.setdefault(key[22:], decode_jsonish(value))
-            elif key.startswith("gen_ai.request.") and key != "gen_ai.request.model":
-                params[key[15:]] = value
         if trace_md:
             md["trace_metadata"] = trace_md
         if params:
