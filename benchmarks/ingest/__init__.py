@@ -1,0 +1,1 @@
+"""OTLP ingestion benchmark: see README.md and run.py."""

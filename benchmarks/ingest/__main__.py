@@ -1,0 +1,3 @@
+from benchmarks.ingest.run import main
+
+main()

@@ -1,0 +1,377 @@
+"""End-to-end OTLP ingestion benchmark against the server as deployed, with a binary-COPY baseline.
+
+    .venv/bin/python -m benchmarks.ingest                      # 200k spans, 4 clients, batches of 500
+    .venv/bin/python -m benchmarks.ingest --spans 10000        # smoke run
+    .venv/bin/python benchmarks/ingest/run.py --help
+
+1. (Re)creates the database `--db` (default clear_bench) on the Postgres of `--pg`, migrates it with
+   `manage.py migrate`, creates a project and key with `manage.py create_project --json`.
+2. Starts gunicorn (`clear.wsgi:application`, `--workers`/`--threads`) in its own process group with
+   DATABASE_URL, REDIS_URL (a dedicated Redis db, flushed before and after), SECRET_KEY. No Celery worker runs
+   unless `--celery-worker` is given: the outbox still dispatches finalisation tasks to Redis after each commit.
+3. Prebuilds every OTLP protobuf body in memory, warms every gunicorn worker up, then `--clients` threads POST
+   the batches over keep-alive connections (retrying 429/503 after Retry-After). The clock stops when
+   `SELECT count(*) FROM traces_span` shows the last span.
+4. Baseline: the same rows, read back from traces_span into memory, binary-COPied (psycopg 3, `set_types`) into
+   an empty `bench_copy (LIKE traces_span INCLUDING ALL)` (same columns, indexes and unique constraint, no FKs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import queue
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psycopg
+from psycopg import sql
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from benchmarks.ingest.spans import batches  # noqa: E402
+
+
+def _args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--spans", type=int, default=200_000, help="spans in all (default 200000)")
+    p.add_argument("--batch", type=int, default=500, help="spans per request (default 500)")
+    p.add_argument("--clients", type=int, default=4, help="concurrent client threads (default 4)")
+    p.add_argument("--workers", type=int, default=4, help="gunicorn --workers (default 4)")
+    p.add_argument("--threads", type=int, default=2, help="gunicorn --threads (default 2)")
+    p.add_argument("--pg", default=os.environ.get("BENCH_PG", "postgres://postgres@127.0.0.1:5432"),
+                   help="Postgres server URL without database (default postgres://postgres@127.0.0.1:5432)")
+    p.add_argument("--db", default="clear_bench", help="benchmark database, dropped and recreated (default clear_bench)")
+    p.add_argument("--redis", default="redis://127.0.0.1:6379/12", help="REDIS_URL for the server (flushed)")
+    p.add_argument("--port", type=int, default=0, help="gunicorn port (default: a free one)")
+    p.add_argument("--celery-worker", action="store_true", help="also run a Celery worker (finalisation) during the run")
+    p.add_argument("--keep-db", action="store_true", help="do not drop the database at the end")
+    p.add_argument("--skip-baseline", action="store_true", help="skip the COPY baseline")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--json", dest="json_out", help="also write the results as JSON to this file")
+    return p.parse_args(argv)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _log(msg: str) -> None:
+    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# database and server
+
+
+def _recreate_db(pg: str, db: str) -> None:
+    with psycopg.connect(f"{pg}/postgres", autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(db)))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(db)))
+
+
+def _drop_db(pg: str, db: str) -> None:
+    with psycopg.connect(f"{pg}/postgres", autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(db)))
+
+
+def _flush_redis(url: str) -> None:
+    import redis
+
+    redis.Redis.from_url(url).flushdb()
+
+
+def _env(args: argparse.Namespace) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        DJANGO_SETTINGS_MODULE="clear.settings.base",
+        DATABASE_URL=f"{args.pg}/{args.db}",
+        REDIS_URL=args.redis,
+        SECRET_KEY=env.get("SECRET_KEY") or "bench-" + secrets.token_hex(24),
+        DEBUG="0",
+        LOG_LEVEL="WARNING",
+        PYTHONUNBUFFERED="1",
+    )
+    return env
+
+
+def _manage(env: dict[str, str], *argv: str) -> str:
+    done = subprocess.run([sys.executable, "manage.py", *argv], cwd=REPO, env=env, capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"manage.py {' '.join(argv)} failed:\n{done.stdout}\n{done.stderr}")
+    return done.stdout
+
+
+class Server:
+    def __init__(self, *, env: dict[str, str], port: int, workers: int, threads: int, log_path: Path):
+        self.env, self.port, self.workers, self.threads, self.log_path = env, port, workers, threads, log_path
+        self.process: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 60) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = self.log_path.open("w")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "gunicorn", "clear.wsgi:application", "--bind", f"127.0.0.1:{self.port}",
+             "--workers", str(self.workers), "--threads", str(self.threads), "--timeout", "120",
+             "--keep-alive", "30"],
+            cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise SystemExit(f"gunicorn exited at start:\n{self.log_path.read_text()[-4000:]}")
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=5)
+                conn.request("GET", "/v1/traces")
+                conn.getresponse().read()
+                conn.close()
+                return
+            except OSError:
+                time.sleep(0.2)
+        raise SystemExit(f"gunicorn not ready after {timeout}s:\n{self.log_path.read_text()[-4000:]}")
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(timeout=10)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# clients
+
+
+def _post(conn: http.client.HTTPConnection, body: bytes, key: str) -> tuple[int, bytes, str | None]:
+    conn.request("POST", "/v1/traces", body=body, headers={
+        "Content-Type": "application/x-protobuf", "Authorization": f"Bearer {key}",
+    })
+    response = conn.getresponse()
+    return response.status, response.read(), response.getheader("Retry-After")
+
+
+def _send_all(*, port: int, key: str, bodies: list[bytes], clients: int) -> tuple[list[float], int]:
+    """POST every body once from `clients` threads; returns (per-batch latencies in s, retries)."""
+    work: queue.SimpleQueue[int] = queue.SimpleQueue()
+    for i in range(len(bodies)):
+        work.put(i)
+    latencies: list[float] = []
+    retries = [0]
+    errors: list[str] = []
+    lock = threading.Lock()
+
+    def client() -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        while True:
+            try:
+                i = work.get_nowait()
+            except queue.Empty:
+                break
+            for attempt in range(50):
+                start = time.perf_counter()
+                try:
+                    status, content, retry_after = _post(conn, bodies[i], key)
+                except (OSError, http.client.HTTPException):
+                    conn.close()
+                    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+                    with lock:
+                        retries[0] += 1
+                    time.sleep(0.2)
+                    continue
+                elapsed = time.perf_counter() - start
+                if status == 200:
+                    with lock:
+                        latencies.append(elapsed)
+                    break
+                if status in (429, 503) or status >= 500:
+                    with lock:
+                        retries[0] += 1
+                    time.sleep(float(retry_after or 1))
+                    continue
+                with lock:
+                    errors.append(f"batch {i}: HTTP {status}: {content[:300]!r}")
+                break
+            else:
+                with lock:
+                    errors.append(f"batch {i}: gave up after 50 attempts")
+        conn.close()
+
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise SystemExit("requests failed:\n" + "\n".join(errors[:20]))
+    return latencies, retries[0]
+
+
+def _span_count(conn: psycopg.Connection, table: str = "traces_span") -> int:
+    return conn.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(table))).fetchone()[0]
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+    return ordered[index]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# baseline
+
+
+def _copy_baseline(conn: psycopg.Connection) -> tuple[int, float]:
+    """Binary COPY of traces_span's rows (prebuilt in memory) into an empty table of the same shape."""
+    conn.execute("DROP TABLE IF EXISTS bench_copy")
+    conn.execute("CREATE TABLE bench_copy (LIKE traces_span INCLUDING ALL)")
+    conn.commit()
+    columns = conn.execute(
+        "SELECT a.attname, format_type(a.atttypid, NULL) FROM pg_attribute a "
+        "WHERE a.attrelid = 'traces_span'::regclass AND a.attnum > 0 AND NOT a.attisdropped "
+        "AND a.attname <> 'id' ORDER BY a.attnum"
+    ).fetchall()
+    names = [c for c, _ in columns]
+    types = [t for _, t in columns]
+    rows = conn.execute(
+        sql.SQL("SELECT {} FROM traces_span ORDER BY id").format(sql.SQL(", ").join(map(sql.Identifier, names)))
+    ).fetchall()
+    conn.commit()
+    statement = sql.SQL("COPY bench_copy ({}) FROM STDIN (FORMAT BINARY)").format(
+        sql.SQL(", ").join(map(sql.Identifier, names))
+    )
+    start = time.perf_counter()
+    with conn.cursor() as cur:
+        with cur.copy(statement) as copy:
+            copy.set_types(types)
+            for row in rows:
+                copy.write_row(row)
+    conn.commit()
+    elapsed = time.perf_counter() - start
+    copied = _span_count(conn, "bench_copy")
+    conn.execute("DROP TABLE bench_copy")
+    conn.commit()
+    return copied, elapsed
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = _args(argv)
+    port = args.port or _free_port()
+    env = _env(args)
+    log_dir = REPO / "var" / "bench"
+    _log(f"database {args.db}: recreate and migrate")
+    _recreate_db(args.pg, args.db)
+    _flush_redis(args.redis)
+    server = Server(env=env, port=port, workers=args.workers, threads=args.threads, log_path=log_dir / "gunicorn.log")
+    worker: subprocess.Popen | None = None
+    try:
+        _manage(env, "migrate", "--noinput", "-v", "0")
+        key = json.loads(_manage(env, "create_project", "bench", "--json").strip().splitlines()[-1])["secret_key"]
+
+        _log(f"building {args.spans} spans in batches of {args.batch}")
+        built = list(batches(total=args.spans, batch_size=args.batch, seed=args.seed))
+        bodies = [body for body, _ in built]
+        expected = len({k for _, keys in built for k in keys})
+        body_mb = sum(map(len, bodies)) / 1e6
+        warmup = [body for body, _ in batches(total=20 * args.workers * args.threads, batch_size=20, seed=args.seed + 7)]
+        del built
+
+        _log(f"gunicorn --workers {args.workers} --threads {args.threads} on port {port}")
+        server.start()
+        if args.celery_worker:
+            worker = subprocess.Popen(
+                [sys.executable, "-m", "celery", "-A", "clear", "worker", "--loglevel", "WARNING", "--concurrency",
+                 "1", "--without-mingle", "--without-gossip"],
+                cwd=REPO, env=env, stdout=(log_dir / "worker.log").open("w"), stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        # Every worker imports the app lazily on its first requests; keep that out of the measurement.
+        _send_all(port=port, key=key, bodies=warmup, clients=args.workers * args.threads)
+        with psycopg.connect(f"{args.pg}/{args.db}") as conn:
+            base = _span_count(conn)
+            conn.commit()
+            _log(f"sending {len(bodies)} batches ({body_mb:.1f} MB) from {args.clients} clients")
+            start = time.perf_counter()
+            latencies, retries = _send_all(port=port, key=key, bodies=bodies, clients=args.clients)
+            sent_at = time.perf_counter()
+            while True:
+                stored = _span_count(conn) - base
+                conn.commit()
+                if stored >= expected:
+                    break
+                if time.perf_counter() - sent_at > 120:
+                    raise SystemExit(f"only {stored} of {expected} spans stored 120 s after the last response")
+                time.sleep(0.01)
+            elapsed = time.perf_counter() - start
+        server.stop()
+        if worker is not None:
+            os.killpg(worker.pid, signal.SIGTERM)
+            worker.wait(timeout=30)
+            worker = None
+
+        result = {
+            "spans": expected,
+            "batch": args.batch,
+            "clients": args.clients,
+            "gunicorn": f"--workers {args.workers} --threads {args.threads}",
+            "celery_worker": args.celery_worker,
+            "seconds": round(elapsed, 3),
+            "spans_per_s": round(expected / elapsed),
+            "batch_p50_ms": round(_percentile(latencies, 0.50) * 1000, 1),
+            "batch_p99_ms": round(_percentile(latencies, 0.99) * 1000, 1),
+            "retries": retries,
+        }
+        if not args.skip_baseline:
+            _log("baseline: binary COPY of the same rows")
+            with psycopg.connect(f"{args.pg}/{args.db}") as conn:
+                # Only the measured spans, not the warm-up ones.
+                conn.execute("DELETE FROM traces_span WHERE id <= (SELECT max(id) FROM traces_span) - %s",
+                             [expected])
+                conn.commit()
+                copied, copy_elapsed = _copy_baseline(conn)
+            result.update(
+                copy_rows=copied,
+                copy_seconds=round(copy_elapsed, 3),
+                copy_rows_per_s=round(copied / copy_elapsed),
+                ratio=round((expected / elapsed) / (copied / copy_elapsed), 3),
+            )
+    finally:
+        server.stop()
+        if worker is not None and worker.poll() is None:
+            os.killpg(worker.pid, signal.SIGKILL)
+        _flush_redis(args.redis)
+        if not args.keep_db:
+            _drop_db(args.pg, args.db)
+
+    print(f"spans             {result['spans']} in batches of {result['batch']} from {result['clients']} clients, "
+          f"gunicorn {result['gunicorn']}, celery worker: {'yes' if result['celery_worker'] else 'no'}")
+    print(f"end-to-end        {result['spans_per_s']:>8} spans/s  ({result['seconds']} s, {retries} retries)")
+    print(f"batch latency     p50 {result['batch_p50_ms']} ms   p99 {result['batch_p99_ms']} ms")
+    if "copy_rows_per_s" in result:
+        print(f"baseline COPY     {result['copy_rows_per_s']:>8} rows/s   ({result['copy_seconds']} s)")
+        print(f"ratio             {result['ratio']:.1%} of the COPY rate")
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+if __name__ == "__main__":
+    main()
