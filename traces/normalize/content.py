@@ -360,7 +360,12 @@ def usage_from_mapping(d: dict) -> tuple[int | None, int | None, int | None]:
     return inp, out, cached
 
 
-_GENERIC_IN = ("gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens", "llm.token_count.prompt", "llm.usage.prompt_tokens")
+_GENERIC_IN = (
+    "gen_ai.usage.input_tokens",
+    "gen_ai.usage.prompt_tokens",
+    "llm.token_count.prompt",
+    "llm.usage.prompt_tokens",
+)
 _GENERIC_OUT = (
     "gen_ai.usage.output_tokens",
     "gen_ai.usage.completion_tokens",
@@ -391,7 +396,8 @@ def _first_int(a: dict, keys: tuple[str, ...]) -> int | None:
 
 _VERCEL_USAGE = ("ai.usage.inputTokens", "ai.usage.promptTokens", "ai.usage.outputTokens", "ai.usage.completionTokens")
 USAGE_KEYS = frozenset(
-    ("langfuse.observation.usage_details", "genkit:output", *_VERCEL_USAGE, *_GENERIC_IN, *_GENERIC_OUT, *_AGG_IN, *_AGG_OUT)
+    ("langfuse.observation.usage_details", "genkit:output", *_VERCEL_USAGE)
+    + (*_GENERIC_IN, *_GENERIC_OUT, *_AGG_IN, *_AGG_OUT)
 )
 _NO_USAGE = (None, None, None, False)
 
@@ -445,7 +451,13 @@ def cost_from_mapping(d: Any) -> float | None:
 
 
 COST_KEYS = frozenset(
-    ("langfuse.observation.cost_details", "gen_ai.usage.cost", "llm.cost.total", "llm.cost.prompt", "llm.cost.completion")
+    (
+        "langfuse.observation.cost_details",
+        "gen_ai.usage.cost",
+        "llm.cost.total",
+        "llm.cost.prompt",
+        "llm.cost.completion",
+    )
 )
 
 

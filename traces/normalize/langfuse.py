@@ -1,7 +1,8 @@
 """Normalise a Langfuse ingestion batch (`POST /api/public/ingestion`, research/observability.md §4.2).
 
     result = normalize_ingestion_batch(payload=json_body)
-    result.response_body()   # {"successes": [{"id", "status": 201}], "errors": [{"id", "status": 400, "message", "error"}]}
+    result.response_body()   # the 207 body: {"successes": [{"id", "status": 201}],
+                             #                "errors": [{"id", "status": 400, "message", "error"}]}
     result.spans             # SpanRecords for observations (and one synthetic root span per trace-create)
     result.updates           # SpanUpdates for observations updated without a create in this batch
     result.traces            # TraceUpdates (trace-level attributes, to merge into the trace / its root span)
@@ -222,7 +223,9 @@ def _observation_fields(body: dict, *, is_create: bool, event_kind: str | None) 
 
 
 # body keys not repeated in `attributes` (they are the record's own fields or large payloads)
-_NOT_RAW = frozenset(("id", "traceId", "parentObservationId", "input", "output", "metadata", "name", "startTime", "endTime"))
+_NOT_RAW = frozenset(
+    ("id", "traceId", "parentObservationId", "input", "output", "metadata", "name", "startTime", "endTime")
+)
 
 
 def _trace_fields(body: dict) -> dict:
@@ -508,7 +511,12 @@ def _build_entities(result: LangfuseBatch, accepted: list) -> None:
         tool_name = name if kind == "TOOL" else None
         node, fallback = node_fields(kind=kind, name=name, agent_name=agent_name, tool_name=tool_name)
         ctx = trace_context.get(trace_raw, {})
-        attrs = {**f.get("attributes", {}), "langfuse.id": obs_raw, "langfuse.trace.id": trace_raw, "langfuse.type": kind}
+        attrs = {
+            **f.get("attributes", {}),
+            "langfuse.id": obs_raw,
+            "langfuse.trace.id": trace_raw,
+            "langfuse.type": kind,
+        }
         if entry["parent"]:
             attrs["langfuse.parent_observation_id"] = entry["parent"]
         start = f.get("start_time") or entry["ts"] or _now()

@@ -469,7 +469,12 @@ def _tags(a: dict, metadata: dict) -> list[str]:
 
 
 _MD_FLAGS = F_LF_META | F_LF_TRACE_META | F_AI_META | F_REQUEST_PARAMS
-_MD_PREFIXES = ("gen_ai.request.", "langfuse.observation.metadata.", "langfuse.trace.metadata.", "ai.telemetry.metadata.")
+_MD_PREFIXES = (
+    "gen_ai.request.",
+    "langfuse.observation.metadata.",
+    "langfuse.trace.metadata.",
+    "ai.telemetry.metadata.",
+)
 
 
 def _metadata(a: dict, hit: set, flags: int, links: list | None) -> dict:

@@ -229,7 +229,8 @@ def _decode_protobuf(body: bytes) -> OtlpBatch:
                 else:
                     parent = None
                     if pid and pid != _ZERO8:
-                        rejected.append((idx, f"span {idx} ({sp.name!r}): parentSpanId has {len(pid)} bytes, expected 8"))
+                        why = f"parentSpanId has {len(pid)} bytes, expected 8"
+                        rejected.append((idx, f"span {idx} ({sp.name!r}): {why}"))
                         idx += 1
                         continue
                 st = sp.status
@@ -487,7 +488,8 @@ def _j_links(links: Any, path: str) -> list[dict]:
         ln = _j_obj(ln, f"{path}[{i}]")
         tid, _ = id_from_json(_g(ln, "traceId", "trace_id"), 16)
         sid, _ = id_from_json(_g(ln, "spanId", "span_id"), 8)
-        out.append({"trace_id": tid, "span_id": sid, "attributes": _j_attrs(ln.get("attributes"), f"{path}[{i}].attributes")})
+        attrs = _j_attrs(ln.get("attributes"), f"{path}[{i}].attributes")
+        out.append({"trace_id": tid, "span_id": sid, "attributes": attrs})
     return out
 
 
@@ -559,12 +561,14 @@ def _decode_json(body: bytes | str) -> OtlpBatch:
                     name = "" if name is None else str(name)
                 tid, why = id_from_json(_g(sp, "traceId", "trace_id"), 16)
                 if tid is None or tid == "0" * 32:
-                    rejected.append((idx, f"span {idx} ({name!r}): traceId {why or ('is all zeros' if tid else 'is missing')}"))
+                    why = why or ("is all zeros" if tid else "is missing")
+                    rejected.append((idx, f"span {idx} ({name!r}): traceId {why}"))
                     idx += 1
                     continue
                 sid, why = id_from_json(_g(sp, "spanId", "span_id"), 8)
                 if sid is None or sid == "0" * 16:
-                    rejected.append((idx, f"span {idx} ({name!r}): spanId {why or ('is all zeros' if sid else 'is missing')}"))
+                    why = why or ("is all zeros" if sid else "is missing")
+                    rejected.append((idx, f"span {idx} ({name!r}): spanId {why}"))
                     idx += 1
                     continue
                 pid, why = id_from_json(_g(sp, "parentSpanId", "parent_span_id"), 8)

@@ -159,7 +159,8 @@ def test_bad_events_get_per_event_errors_and_the_rest_goes_through():
         ({**_ev("span-create", {"id": "x"}, eid="b3"), "timestamp": "yesterday"}, "timestamp must be an ISO-8601"),
         (_ev("span-update", {"traceId": TRACE}, eid="b4"), "body.id is required"),
         (_ev("span-create", {"id": "x", "startTime": "12:00"}, eid="b5"), "body.startTime must be an ISO-8601"),
-        (_ev("generation-create", {"id": "x", "usage": {"input": -3}}, eid="b6"), "body.usage.input must not be negative"),
+        (_ev("generation-create", {"id": "x", "usage": {"input": -3}}, eid="b6"),
+         "body.usage.input must not be negative"),
         (_ev("generation-create", {"id": "x", "usageDetails": {"input": "many"}}, eid="b7"), "must be a number"),
         (_ev("span-create", {"id": "x", "level": "LOUD"}, eid="b8"), "body.level must be one of"),
         (_ev("score-create", {"traceId": TRACE, "value": 1}, eid="b9"), "body.name is required"),
@@ -194,8 +195,9 @@ def test_malformed_outer_body_is_a_batch_error():
 
 def test_id_mapping_is_deterministic():
     assert len(langfuse_observation_id("anything")) == 16
-    r1 = _run(_ev("trace-create", {"id": "my-trace", "name": "t"}), _ev("span-create", {"id": "s", "traceId": "my-trace"}))
-    r2 = _run(_ev("span-create", {"id": "s", "traceId": "my-trace"}), _ev("trace-create", {"id": "my-trace", "name": "t"}))
+    trace = _ev("trace-create", {"id": "my-trace", "name": "t"})
+    span = _ev("span-create", {"id": "s", "traceId": "my-trace"})
+    r1, r2 = _run(trace, span), _run(span, trace)
     ids1 = sorted((s.trace_id, s.span_id, s.parent_span_id) for s in r1.spans)
     ids2 = sorted((s.trace_id, s.span_id, s.parent_span_id) for s in r2.spans)
     assert ids1 == ids2
@@ -210,13 +212,14 @@ def test_id_mapping_is_deterministic():
 
 def test_create_only_usage_units_and_costs():
     result = _run(
-        _ev("generation-create", {"id": "g1", "traceId": TRACE, "usage": {"input": 500, "output": 20, "unit": "CHARACTERS",
-                                                                         "totalCost": 0.2}}),
+        _ev("generation-create", {"id": "g1", "traceId": TRACE,
+                                  "usage": {"input": 500, "output": 20, "unit": "CHARACTERS", "totalCost": 0.2}}),
         _ev("generation-create", {"id": "g2", "traceId": TRACE,
                                   "usageDetails": {"input": 80, "input_cached_tokens": 20, "output": 5,
                                                    "output_reasoning": 15}}),
         _ev("generation-create", {"id": "g3", "traceId": TRACE,
-                                  "usage": {"promptTokens": 7, "completionTokens": 3, "inputCost": 0.1, "outputCost": 0.2}}),
+                                  "usage": {"promptTokens": 7, "completionTokens": 3,
+                                            "inputCost": 0.1, "outputCost": 0.2}}),
     )
     g1, g2, g3 = sorted(result.spans, key=lambda s: s.attributes["langfuse.id"])
     assert (g1.input_tokens, g1.cost, g1.metadata["usage"]["unit"]) == (None, 0.2, "CHARACTERS")

@@ -156,7 +156,8 @@ def test_io_carriers_in_precedence_order():
     assert span.input == {"x": 1} and span.output == "ok"
     span = _rec({"gen_ai.tool.name": "t", "gen_ai.tool.call.arguments": '{"a": 1}', "gen_ai.tool.call.result": "42"})
     assert span.input == {"a": 1} and span.output == "42"
-    span = _rec({"gen_ai.input.messages": '[{"role": "user", "content": "q"}]', "gen_ai.system_instructions": "be nice"})
+    span = _rec({"gen_ai.input.messages": '[{"role": "user", "content": "q"}]',
+                 "gen_ai.system_instructions": "be nice"})
     assert span.input == [{"role": "system", "content": "be nice"}, {"role": "user", "content": "q"}]
     # empty carriers: later carriers win, else "" (a step that produced nothing)
     assert _rec({"output.value": "", "final_result": "done"}).output == "done"

@@ -97,7 +97,8 @@ def test_invalid_json():
 
 
 def test_json_logs_and_metrics_name_the_right_endpoint():
-    err = _err(json.dumps({"resourceLogs": [{"scopeLogs": [{"logRecords": [{"body": {"stringValue": "x"}}]}]}]}).encode(), JS)
+    logs = {"resourceLogs": [{"scopeLogs": [{"logRecords": [{"body": {"stringValue": "x"}}]}]}]}
+    err = _err(json.dumps(logs).encode(), JS)
     assert err.kind == "logs_not_traces" and "/v1/logs" in err.message
     err = _err(json.dumps({"resourceMetrics": [{"scopeMetrics": []}]}).encode(), JS)
     assert err.kind == "metrics_not_traces" and "/v1/metrics" in err.message
