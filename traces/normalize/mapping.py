@@ -15,7 +15,9 @@ files mark a field as ambiguous. Summary:
 * tokens are the counts as reported (OTel semantics: input includes cache reads, output includes reasoning);
   `usage_is_aggregate` marks spans whose usage re-reports their children's.
 
-Everything here is pure Python and cheap: dict lookups, one pass over the attribute keys, no regex per attribute.
+Input / output, usage and cost extraction live in content.py. Everything is pure Python and cheap: one set
+intersection to find which known keys a span has, one pass over the keys for prefix-keyed carriers, dict lookups,
+no regex per attribute (span-name normalisation uses regexes behind an LRU cache).
 """
 
 from __future__ import annotations
