@@ -3,8 +3,10 @@ google.rpc.Status in the request's content type; Langfuse: 207 multi-status), no
 
 import json
 import logging
+import uuid
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 from google.rpc import status_pb2
@@ -102,3 +104,38 @@ def langfuse_ingestion(request: HttpRequest) -> HttpResponse:
     except ClearError as exc:
         return _langfuse_error(exc.status_code, exc.message, exc.code)
     return JsonResponse(batch.response_body(), status=207)
+
+
+@csrf_exempt
+@require_POST
+def langfuse_scores(request: HttpRequest) -> HttpResponse:
+    """`POST /api/public/scores`: a list of scores (SDK v4+, 202/207) or one score (older SDKs, 200 {id})."""
+    try:
+        with InFlightLimit():
+            project = authenticate(request)
+            if content_kind(request.content_type or "") != "json":
+                raise UnsupportedMediaType("The Langfuse scores API takes application/json.")
+            try:
+                payload = json.loads(read_body(request))
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                raise IngestError(f"The body is not valid JSON: {exc}.", code="invalid_json") from None
+            single = isinstance(payload, dict)
+            items = [payload] if single else payload
+            if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
+                raise IngestError("Send a score object or a list of score objects.", code="invalid_scores")
+            for item in items:
+                item.setdefault("id", str(uuid.uuid4()))
+            events = [{"id": str(uuid.uuid4()), "type": "score-create", "timestamp": timezone.now().isoformat(),
+                       "body": item} for item in items]
+            batch = normalize_ingestion_batch(payload={"batch": events})
+            langfuse_batch_ingest(project=project, batch=batch)
+    except ClearError as exc:
+        return _langfuse_error(exc.status_code, exc.message, exc.code)
+    if single:
+        if batch.errors:
+            return _langfuse_error(400, batch.errors[0]["message"], "invalid_score")
+        return JsonResponse({"id": items[0]["id"]})
+    if batch.errors:
+        return JsonResponse({"accepted": len(batch.successes), "rejected": len(batch.errors),
+                             "errors": [{"message": error["message"]} for error in batch.errors]}, status=207)
+    return JsonResponse({"message": "Accepted"}, status=202)

@@ -43,9 +43,14 @@ class LangfuseProjectListApi(APIView):
         responses=inline_serializer(
             "LangfuseProjectList",
             {"data": serializers.ListField(child=inline_serializer("LangfuseProject", {
-                "id": serializers.CharField(), "name": serializers.CharField()}))},
+                "id": serializers.CharField(), "name": serializers.CharField(), "metadata": serializers.DictField(),
+                "organization": serializers.DictField()}))},
         )
     )
     def get(self, request: Request) -> Response:
         project = request_project(request)
-        return Response({"data": [{"id": str(project.id), "name": project.name}]})
+        # The SDK validates this shape (organization and metadata are required fields).
+        return Response({"data": [{
+            "id": str(project.id), "name": project.name, "metadata": {},
+            "organization": {"id": "clear", "name": "Clear"},
+        }]})

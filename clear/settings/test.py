@@ -17,3 +17,8 @@ STORAGES["staticfiles"] = {"BACKEND": "django.contrib.staticfiles.storage.Static
 CELERY_BROKER_URL = os.environ.get("CLEAR_TEST_REDIS_URL", "redis://127.0.0.1:6379/14")
 CELERY_TEST_VISIBILITY_TIMEOUT = 5
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_TEST_VISIBILITY_TIMEOUT}
+
+# Several test runs may share this Postgres (parallel checkouts, CI beside a developer): one database each.
+DATABASES["default"].setdefault("TEST", {})["NAME"] = f"test_clear_{os.getpid()}"  # noqa: F405
+# Live-server request threads would otherwise keep connections open and block dropping the test database.
+DATABASES["default"]["CONN_MAX_AGE"] = 0  # noqa: F405

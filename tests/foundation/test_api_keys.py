@@ -38,7 +38,8 @@ def test_langfuse_sdk_auth_check_endpoint(issued_key, project):
         "/api/public/projects", HTTP_AUTHORIZATION=_basic(issued_key.api_key.public_key, issued_key.secret)
     )
     assert response.status_code == 200
-    assert response.json() == {"data": [{"id": str(project.id), "name": project.name}]}
+    assert response.json()["data"][0]["id"] == str(project.id)
+    assert response.json()["data"][0]["name"] == project.name
 
 
 @pytest.mark.parametrize(

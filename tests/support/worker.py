@@ -82,3 +82,11 @@ def purge_broker(broker_url: str) -> None:
 
 def use_broker(enabled: bool) -> None:
     celery_app.conf.task_always_eager = not enabled
+
+
+def point_at_broker(url: str) -> None:
+    """Send tasks to another broker from now on; the connection and producer pools are bound to the old one."""
+    celery_app.conf.broker_url = url
+    celery_app._pool = None
+    if "amqp" in celery_app.__dict__:
+        celery_app.amqp._producer_pool = None

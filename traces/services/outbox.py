@@ -5,6 +5,7 @@ If the broker is down at commit time the row stays pending and the sweeper (a be
 """
 
 import logging
+import time
 from datetime import timedelta
 
 from django.db import transaction
@@ -19,6 +20,10 @@ TRACE_FINALIZE = "trace.finalize"
 # Batches of one trace arrive close together; waiting a moment lets one finalisation cover them all.
 FINALIZE_DELAY = timedelta(seconds=2)
 _SWEEP_LIMIT = 500
+# After a broker failure, requests stop trying to dispatch for a while (the sweeper keeps trying): connecting to a
+# dead broker costs seconds of client retries, which must not be added to every ingestion request.
+_BROKER_BACKOFF_SECONDS = 30.0
+_broker_down_until = 0.0
 
 
 def _task_for(topic: str):
@@ -34,7 +39,13 @@ def outbox_enqueue(*, topic: str, keys: list[str], delay: timedelta = FINALIZE_D
     OutboxItem.objects.bulk_create(
         [OutboxItem(topic=topic, key=key, available_at=now + delay) for key in keys], ignore_conflicts=True
     )
-    transaction.on_commit(lambda: outbox_dispatch(limit=len(keys) * 2, ready_only=False), robust=True)
+    transaction.on_commit(lambda: _dispatch_after_commit(limit=len(keys) * 2), robust=True)
+
+
+def _dispatch_after_commit(*, limit: int) -> None:
+    if time.monotonic() < _broker_down_until:
+        return
+    outbox_dispatch(limit=limit, ready_only=False)
 
 
 def _send(item: OutboxItem) -> None:
@@ -56,12 +67,21 @@ def outbox_dispatch(*, limit: int = _SWEEP_LIMIT, ready_only: bool = True) -> in
             try:
                 _send(item)
             except Exception as exc:  # noqa: BLE001 - any broker failure means "try again later"
+                global _broker_down_until
+                _broker_down_until = time.monotonic() + _BROKER_BACKOFF_SECONDS
                 OutboxItem.objects.filter(pk=item.pk).update(attempts=F("attempts") + 1, last_error=str(exc)[:2000])
                 logger.warning("outbox: broker unavailable, %s stays pending: %s", item.topic, exc)
                 break
             OutboxItem.objects.filter(pk=item.pk).update(dispatched_at=timezone.now(), attempts=F("attempts") + 1)
             sent += 1
+    if sent:
+        _broker_up()
     return sent
+
+
+def _broker_up() -> None:
+    global _broker_down_until
+    _broker_down_until = 0.0
 
 
 def outbox_prune(*, older_than: timedelta = timedelta(days=1)) -> int:
