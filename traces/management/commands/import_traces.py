@@ -69,7 +69,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, path: str, project: str, outcome: str | None, json: bool, no_progress: bool,
                **options) -> None:
-        target = _project(project)
+        target = project_or_command_error(project)
         source = Path(path).expanduser()
         if not source.exists():
             raise CommandError(
@@ -119,7 +119,7 @@ class Command(BaseCommand):
                 out(f"  {where}: {reason}")
 
 
-def _project(name: str) -> Project:
+def project_or_command_error(name: str) -> Project:
     try:
         return project_get_by_name(name=name)
     except NotFoundError:
