@@ -11,6 +11,7 @@ from clear.errors import NotFoundError
 from clear.projects.models import Project
 from clear.projects.selectors import api_key_list, project_get_for_user, project_list_for_user
 from clear.projects.services import api_key_create, api_key_revoke
+from traces.selectors import trace_list, trace_stats
 
 
 def _project_for(request: HttpRequest, slug: str) -> Project:
@@ -43,6 +44,8 @@ def overview(request: HttpRequest, slug: str) -> HttpResponse:
         "otlp_endpoint": f"{base_url}/v1/traces",
         "base_url": base_url,
         "has_keys": api_key_list(project=project).exists(),
+        "stats": trace_stats(project=project),
+        "recent_traces": trace_list(project=project)[:15],
     }
     return render(request, "frontend/overview.html", context)
 

@@ -70,6 +70,20 @@ if [ "$up" != 1 ]; then
 fi
 
 "$PY" manage.py demo_setup > "$CLEAR_VAR_DIR/demo-credentials.txt"
+
+# The example agent's traces, sent once through the real OTLP endpoint: release v1 with all three planted bugs,
+# release v2 with the misroute fixed.
+CLIENT_HOST="$HOST"; [ "$HOST" = "0.0.0.0" ] && CLIENT_HOST=127.0.0.1
+if [ ! -f "$CLEAR_VAR_DIR/demo-ingested" ]; then
+  SECRET=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['secret_key'])" "$CLEAR_VAR_DIR/demo-credentials.json")
+  echo "==> sending the example agent's traces (log: $CLEAR_VAR_DIR/logs/example-agent.log)"
+  {
+    "$PY" -m examples.support_desk run --endpoint "http://$CLIENT_HOST:$PORT" --key "$SECRET" --release v1 --seed 0
+    "$PY" -m examples.support_desk run --endpoint "http://$CLIENT_HOST:$PORT" --key "$SECRET" --release v2 --seed 1 \
+      --bugs mediator_race,retry_loop
+  } > "$CLEAR_VAR_DIR/logs/example-agent.log" 2>&1
+  touch "$CLEAR_VAR_DIR/demo-ingested"
+fi
 cat <<MSG
 
 Clear is running at http://$HOST:$PORT/

@@ -84,12 +84,15 @@ def test_browser_logs_in_and_sees_the_demo_project(demo, page):
     page.fill("#id_username", demo.login)
     page.fill("#id_password", demo.password)
     page.click("button[type=submit]")
-    page.wait_for_selector("[data-testid=next-steps]")
+    page.wait_for_selector("[data-testid=overview-stats]")
     assert "Support desk demo" in page.inner_text("main")
+    # The example agent's traces went in through the OTLP endpoint: 22 tasks in each of two releases.
+    assert "44" in page.inner_text("[data-testid=overview-stats]")
+    assert page.locator("[data-testid=recent-traces] tbody tr").count() == 15
     assert "Support desk demo" in page.inner_text("#project-switcher")
     # Served by the app itself: the stylesheet loads with no CDN.
     assert page.evaluate("getComputedStyle(document.querySelector('.sidebar')).display") == "flex"
-    screenshot(page, "overview-empty")
+    screenshot(page, "overview")
     page.click("text=Settings")
     page.wait_for_selector("text=API keys")
     screenshot(page, "api-keys")
