@@ -4,7 +4,7 @@ its agents as nodes and the suite's grade as the outcome."""
 from collections import defaultdict
 
 import pytest
-from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from examples.support_desk import TASKS, execute_suite

@@ -276,7 +276,7 @@ class _Importer:
         if not (batch.spans or batch.updates or batch.traces or batch.scores):
             raise _Refused("a Langfuse batch without traces, observations or scores")
         keys = {(s.trace_id, s.span_id) for s in batch.spans}
-        present = _stored_span_keys(project=self.project, keys=keys)
+        present = span_keys_stored(project=self.project, keys=keys)
         langfuse_batch_ingest(project=self.project, batch=batch)
         self.summary.spans_received += len(keys)
         self.summary.spans_created += len(keys - present)
@@ -294,7 +294,7 @@ class _Importer:
                     self.trace_ids.add(span.trace.trace_id)
 
 
-def _stored_span_keys(*, project: Project, keys: set[tuple[str, str]]) -> set[tuple[str, str]]:
+def span_keys_stored(*, project: Project, keys: set[tuple[str, str]]) -> set[tuple[str, str]]:
     if not keys:
         return set()
     stored = Span.objects.filter(
@@ -419,6 +419,7 @@ __all__ = [
     "ImportSummary",
     "import_files_list",
     "notes_grouped",
+    "span_keys_stored",
     "summary_as_dict",
     "traces_import",
 ]

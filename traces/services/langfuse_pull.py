@@ -33,10 +33,11 @@ import requests
 
 from clear.errors import ClearError
 from clear.projects.models import Project
-from traces.models import Span, Trace
+from traces.models import Trace
 from traces.normalize import normalize_ingestion_batch
 from traces.normalize.values import langfuse_trace_id
 from traces.services.finalize import trace_finalize
+from traces.services.imports import span_keys_stored
 from traces.services.ingest import langfuse_batch_ingest
 
 DEFAULT_PAGE_SIZE = 100
@@ -410,7 +411,7 @@ class _Store:
                 f"{kind} {event_id.removeprefix(f'clear-pull-{kind}-')}: {error.get('message')}"
             )
         keys = {(s.trace_id, s.span_id) for s in batch.spans}
-        present = _stored_span_keys(project=self.project, keys=keys)
+        present = span_keys_stored(project=self.project, keys=keys)
         langfuse_batch_ingest(project=self.project, batch=batch)
         self.summary.spans_created += len(keys - present)
         self.summary.spans_already_present += len(keys & present)
@@ -418,17 +419,6 @@ class _Store:
         self.trace_ids.update(update.trace_id for update in batch.traces)
         self.trace_ids.update(update.trace_id for update in batch.updates if update.trace_id)
         self.trace_ids.update(score.trace_id for score in batch.scores)
-
-
-def _stored_span_keys(*, project: Project, keys: set[tuple[str, str]]) -> set[tuple[str, str]]:
-    if not keys:
-        return set()
-    stored = Span.objects.filter(
-        project=project,
-        trace__trace_id__in={trace_id for trace_id, _ in keys},
-        span_id__in={span_id for _, span_id in keys},
-    ).values_list("trace__trace_id", "span_id")
-    return set(stored) & keys
 
 
 def langfuse_pull(
