@@ -58,6 +58,9 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--keep-db", action="store_true", help="do not drop the database at the end")
     p.add_argument("--skip-baseline", action="store_true", help="skip the COPY baseline")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--shared-stream", action="store_true",
+                   help="all clients take batches from one stream, so batches sharing a trace are in flight together "
+                        "(default: each client is one SDK exporter sending its own traces in order)")
     p.add_argument("--json", dest="json_out", help="also write the results as JSON to this file")
     return p.parse_args(argv)
 
@@ -164,27 +167,22 @@ def _post(conn: http.client.HTTPConnection, body: bytes, key: str) -> tuple[int,
     return response.status, response.read(), response.getheader("Retry-After")
 
 
-def _send_all(*, port: int, key: str, bodies: list[bytes], clients: int) -> tuple[list[float], int]:
-    """POST every body once from `clients` threads; returns (per-batch latencies in s, retries)."""
-    work: queue.SimpleQueue[int] = queue.SimpleQueue()
-    for i in range(len(bodies)):
-        work.put(i)
+def _send_all(*, port: int, key: str, streams: list[list[bytes]]) -> tuple[list[float], int]:
+    """POST every body once, one thread per stream (a stream's batches in order, like one SDK's exporter);
+    returns (per-batch latencies in s, retries)."""
     latencies: list[float] = []
     retries = [0]
     errors: list[str] = []
     lock = threading.Lock()
 
-    def client() -> None:
+    def client(bodies: list[bytes] | queue.SimpleQueue) -> None:
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
-        while True:
-            try:
-                i = work.get_nowait()
-            except queue.Empty:
-                break
+        items = iter(bodies) if isinstance(bodies, list) else iter(lambda: _next_or_none(bodies), None)
+        for i, body in enumerate(items):
             for attempt in range(50):
                 start = time.perf_counter()
                 try:
-                    status, content, retry_after = _post(conn, bodies[i], key)
+                    status, content, retry_after = _post(conn, body, key)
                 except (OSError, http.client.HTTPException):
                     conn.close()
                     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
@@ -210,7 +208,7 @@ def _send_all(*, port: int, key: str, bodies: list[bytes], clients: int) -> tupl
                     errors.append(f"batch {i}: gave up after 50 attempts")
         conn.close()
 
-    threads = [threading.Thread(target=client) for _ in range(clients)]
+    threads = [threading.Thread(target=client, args=(stream,)) for stream in streams]
     for t in threads:
         t.start()
     for t in threads:
@@ -218,6 +216,50 @@ def _send_all(*, port: int, key: str, bodies: list[bytes], clients: int) -> tupl
     if errors:
         raise SystemExit("requests failed:\n" + "\n".join(errors[:20]))
     return latencies, retries[0]
+
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def _proc_stats() -> list[tuple[int, str, int, float]]:
+    """(pid, comm, ppid, cpu seconds) of every process."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            raw = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        comm = raw[raw.index("(") + 1:raw.rindex(")")]
+        rest = raw[raw.rindex(")") + 2:].split()
+        out.append((int(entry), comm, int(rest[1]), (int(rest[11]) + int(rest[12])) / _CLK_TCK))
+    return out
+
+
+def _cpu(server_pid: int) -> dict[str, float]:
+    """CPU seconds used so far by the gunicorn workers, by all postgres processes, and by this process."""
+    stats = _proc_stats()
+    workers = sum(cpu for pid, _, ppid, cpu in stats if ppid == server_pid or pid == server_pid)
+    postgres = sum(cpu for _, comm, _, cpu in stats if comm == "postgres")
+    client = sum(os.times()[:2])
+    return {"server": workers, "postgres": postgres, "client": client}
+
+
+def _next_or_none(q: queue.SimpleQueue):
+    try:
+        return q.get_nowait()
+    except queue.Empty:
+        return None
+
+
+def _shared(bodies: list[bytes], clients: int) -> list[queue.SimpleQueue]:
+    """All clients take the next batch of one stream: consecutive batches (which share the traces that straddle
+    them) are in flight at the same time."""
+    q: queue.SimpleQueue = queue.SimpleQueue()
+    for body in bodies:
+        q.put(body)
+    return [q] * clients
 
 
 def _span_count(conn: psycopg.Connection, table: str = "traces_span") -> int:
@@ -287,11 +329,18 @@ def main(argv: list[str] | None = None) -> dict:
         key = json.loads(_manage(env, "create_project", "bench", "--json").strip().splitlines()[-1])["secret_key"]
 
         _log(f"building {args.spans} spans in batches of {args.batch}")
-        built = list(batches(total=args.spans, batch_size=args.batch, seed=args.seed))
-        bodies = [body for body, _ in built]
-        expected = len({k for _, keys in built for k in keys})
-        body_mb = sum(map(len, bodies)) / 1e6
-        warmup = [body for body, _ in batches(total=20 * args.workers * args.threads, batch_size=20, seed=args.seed + 7)]
+        if args.shared_stream:
+            built = [list(batches(total=args.spans, batch_size=args.batch, seed=args.seed))]
+        else:
+            share = -(-args.spans // args.clients)
+            built = [list(batches(total=min(share, args.spans - c * share), batch_size=args.batch,
+                                  seed=args.seed * 1000 + c)) for c in range(args.clients)]
+        expected = len({k for stream in built for _, keys in stream for k in keys})
+        streams = [[body for body, _ in stream] for stream in built]
+        body_count = sum(map(len, streams))
+        body_mb = sum(len(body) for stream in streams for body in stream) / 1e6
+        warmup = [[body] for body, _ in batches(total=20 * args.workers * args.threads, batch_size=20,
+                                                seed=args.seed + 7)]
         del built
 
         _log(f"gunicorn --workers {args.workers} --threads {args.threads} on port {port}")
@@ -304,13 +353,16 @@ def main(argv: list[str] | None = None) -> dict:
                 start_new_session=True,
             )
         # Every worker imports the app lazily on its first requests; keep that out of the measurement.
-        _send_all(port=port, key=key, bodies=warmup, clients=args.workers * args.threads)
+        _send_all(port=port, key=key, streams=warmup)
         with psycopg.connect(f"{args.pg}/{args.db}") as conn:
             base = _span_count(conn)
             conn.commit()
-            _log(f"sending {len(bodies)} batches ({body_mb:.1f} MB) from {args.clients} clients")
+            _log(f"sending {body_count} batches ({body_mb:.1f} MB) from {args.clients} clients")
+            cpu_before = _cpu(server.process.pid)
             start = time.perf_counter()
-            latencies, retries = _send_all(port=port, key=key, bodies=bodies, clients=args.clients)
+            latencies, retries = _send_all(
+                port=port, key=key, streams=_shared(streams[0], args.clients) if args.shared_stream else streams
+            )
             sent_at = time.perf_counter()
             while True:
                 stored = _span_count(conn) - base
@@ -321,6 +373,7 @@ def main(argv: list[str] | None = None) -> dict:
                     raise SystemExit(f"only {stored} of {expected} spans stored 120 s after the last response")
                 time.sleep(0.01)
             elapsed = time.perf_counter() - start
+            cpu = {k: v - cpu_before[k] for k, v in _cpu(server.process.pid).items()}
         server.stop()
         if worker is not None:
             os.killpg(worker.pid, signal.SIGTERM)
@@ -333,11 +386,13 @@ def main(argv: list[str] | None = None) -> dict:
             "clients": args.clients,
             "gunicorn": f"--workers {args.workers} --threads {args.threads}",
             "celery_worker": args.celery_worker,
+            "shared_stream": args.shared_stream,
             "seconds": round(elapsed, 3),
             "spans_per_s": round(expected / elapsed),
             "batch_p50_ms": round(_percentile(latencies, 0.50) * 1000, 1),
             "batch_p99_ms": round(_percentile(latencies, 0.99) * 1000, 1),
             "retries": retries,
+            "cpu_seconds": {k: round(v, 2) for k, v in cpu.items()},
         }
         if not args.skip_baseline:
             _log("baseline: binary COPY of the same rows")
@@ -364,6 +419,9 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"spans             {result['spans']} in batches of {result['batch']} from {result['clients']} clients, "
           f"gunicorn {result['gunicorn']}, celery worker: {'yes' if result['celery_worker'] else 'no'}")
     print(f"end-to-end        {result['spans_per_s']:>8} spans/s  ({result['seconds']} s, {retries} retries)")
+    print("cpu seconds       " + ", ".join(f"{k} {v}" for k, v in result["cpu_seconds"].items())
+          + f"  (per 1000 spans: server {1000 * cpu['server'] / result['spans']:.2f} s, "
+          f"postgres {1000 * cpu['postgres'] / result['spans']:.2f} s)")
     print(f"batch latency     p50 {result['batch_p50_ms']} ms   p99 {result['batch_p99_ms']} ms")
     if "copy_rows_per_s" in result:
         print(f"baseline COPY     {result['copy_rows_per_s']:>8} rows/s   ({result['copy_seconds']} s)")

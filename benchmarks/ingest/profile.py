@@ -1,0 +1,111 @@
+"""Profile the request path in one process: decode, node resolution and the DB writes of `spans_ingest`.
+
+    .venv/bin/python -m benchmarks.ingest.profile --spans 20000            # phase timings
+    .venv/bin/python -m benchmarks.ingest.profile --spans 20000 --cprofile # plus the top cProfile entries
+
+Uses its own database (default clear_bench_profile, recreated and dropped) and no HTTP server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import os
+import pstats
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--spans", type=int, default=20_000)
+    p.add_argument("--batch", type=int, default=500)
+    p.add_argument("--pg", default="postgres://postgres@127.0.0.1:5432")
+    p.add_argument("--db", default="clear_bench_profile")
+    p.add_argument("--cprofile", action="store_true")
+    p.add_argument("--top", type=int, default=40)
+    args = p.parse_args(argv)
+
+    from benchmarks.ingest.run import _drop_db, _recreate_db
+    from benchmarks.ingest.spans import batches
+
+    _recreate_db(args.pg, args.db)
+    os.environ.update(DJANGO_SETTINGS_MODULE="clear.settings.base", DATABASE_URL=f"{args.pg}/{args.db}",
+                      SECRET_KEY="profile", LOG_LEVEL="WARNING")
+    os.environ.pop("REDIS_URL", None)
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+    from django.db import connection
+
+    from clear.projects.services import project_create
+    from traces.normalize import decode_export_request
+    from traces.services import ingest
+
+    try:
+        call_command("migrate", verbosity=0)
+        project = project_create(name="profile")
+        bodies = [body for body, _ in batches(total=args.spans, batch_size=args.batch)]
+        # The outbox's on-commit dispatch would talk to a broker: keep it out of the profile.
+        import traces.services.outbox as outbox
+
+        outbox.outbox_dispatch = lambda **kw: 0
+
+        timings: dict[str, float] = {}
+
+        def timed(name, fn):
+            def wrapper(*a, **kw):
+                t = time.perf_counter()
+                try:
+                    return fn(*a, **kw)
+                finally:
+                    timings[name] = timings.get(name, 0.0) + time.perf_counter() - t
+            return wrapper
+
+        ingest._trace_rows = timed("trace rows", ingest._trace_rows)
+        ingest._resolve_nodes = timed("node resolution", ingest._resolve_nodes)
+        ingest._existing_span_keys = timed("existing span keys", ingest._existing_span_keys)
+        for name in ("spans_insert",):
+            if hasattr(ingest, name):
+                setattr(ingest, name, timed("span insert", getattr(ingest, name)))
+        ingest.Span.objects.bulk_create = timed("span insert", ingest.Span.objects.bulk_create)
+        ingest.outbox_enqueue = timed("outbox", ingest.outbox_enqueue)
+
+        profiler = cProfile.Profile() if args.cprofile else None
+        decode_s = ingest_s = 0.0
+        cpu_start = time.process_time()
+        if profiler:
+            profiler.enable()
+        for body in bodies:
+            t = time.perf_counter()
+            batch = decode_export_request(body=body, content_type="application/x-protobuf")
+            t2 = time.perf_counter()
+            ingest.spans_ingest(project=project, spans=batch.spans)
+            t3 = time.perf_counter()
+            decode_s += t2 - t
+            ingest_s += t3 - t2
+        if profiler:
+            profiler.disable()
+        cpu = time.process_time() - cpu_start
+        n = args.spans
+        print(f"{n} spans: decode {decode_s:.2f} s ({n / decode_s:.0f}/s), spans_ingest {ingest_s:.2f} s "
+              f"({n / ingest_s:.0f}/s), both {n / (decode_s + ingest_s):.0f}/s; "
+              f"python CPU {1e6 * cpu / n:.0f} us/span")
+        for name, seconds in sorted(timings.items(), key=lambda kv: -kv[1]):
+            print(f"  {name:<20} {seconds:7.2f} s  {seconds / ingest_s:6.1%} of spans_ingest")
+        if profiler:
+            pstats.Stats(profiler).sort_stats("cumulative").print_stats(args.top)
+            pstats.Stats(profiler).sort_stats("tottime").print_stats(args.top)
+    finally:
+        connection.close()
+        _drop_db(args.pg, args.db)
+
+
+if __name__ == "__main__":
+    main()
