@@ -1,0 +1,63 @@
+"""LLM judges (DESIGN §5) via LiteLLM with validated JSON output: step, trace and rubric judges.
+
+    from diagnosis.judges.llm import LlmJudgeConfig, judge_trace_with_llm
+    results = judge_trace_with_llm(trace=trace_view, rubrics=[{"id": "r1", "name": ..., "text": ...}],
+                                   config=LlmJudgeConfig(model="openai/gpt-4o-mini"))
+
+Returns JudgeResults (diagnosis/judges/contract.py):
+* "llm.trace" (target None): overall score/verdict, feedback as critique, issues, and in details the per-dimension
+  scores, the outcome assessment, the root cause (node, span id, reason; required when the outcome is a failure),
+  the number of windows and the running summary of a long trace;
+* "rubric.<id>" (target None), one per rubric — the caller's and, with generated_rubrics, "gen-1".."gen-5" —
+  evaluated in the trace judge's call: score 1 pass / 0 fail / None uncertain;
+* "llm.step" (target = span id), one per LLM, TOOL and AGENT span (the root AGENT span is the trace judge's);
+* "rubric.generated" only when rubric generation failed or was skipped (no goal).
+
+A judge that fails returns status "error" (or "skipped" with error "budget exhausted"), score None, never 0.
+Calls per trace: ceil(steps / window) step calls + 1 trace call (+ 1 per extra window of a very long trace,
++ 1 rubric generation when enabled); repairs (one at most per call) and 429/timeout retries come on top.
+The judges run sequentially inside one trace; run traces concurrently (CLEAR_JUDGE_CONCURRENCY threads).
+"""
+
+from __future__ import annotations
+
+from diagnosis.judges.contract import JudgeResult, TraceView
+
+from .client import BUDGET_EXHAUSTED, BudgetGate, cache_key, price_per_token
+from .config import Budget, LlmJudgeConfig
+from .prompts import PROMPT_VERSIONS, RUBRIC_GEN_JUDGE, STEP_JUDGE, SYSTEM_PROMPTS, TRACE_JUDGE, WINDOW_JUDGE
+from .render import TraceIndex
+from .step import run_step_judges
+from .trace import run_trace_judge
+
+__all__ = [
+    "BUDGET_EXHAUSTED",
+    "Budget",
+    "LlmJudgeConfig",
+    "PROMPT_VERSIONS",
+    "RUBRIC_GEN_JUDGE",
+    "STEP_JUDGE",
+    "SYSTEM_PROMPTS",
+    "TRACE_JUDGE",
+    "WINDOW_JUDGE",
+    "cache_key",
+    "judge_trace_with_llm",
+    "price_per_token",
+]
+
+
+def judge_trace_with_llm(*, trace: TraceView, rubrics: list[dict], config: LlmJudgeConfig) -> list[JudgeResult]:
+    index = TraceIndex.build(trace)
+    gate = BudgetGate(config.budget)
+    results: list[JudgeResult] = []
+    if config.trace_judge:
+        results += run_trace_judge(trace, index, list(rubrics or []), config, gate)
+    else:
+        for rubric in rubrics or []:
+            results.append(JudgeResult(
+                judge=f"rubric.{rubric.get('id')}", target_span_id=None, status="skipped", model=config.model,
+                prompt_version=PROMPT_VERSIONS[TRACE_JUDGE], error="rubrics are evaluated by the trace judge, "
+                "which is disabled", details={"rubric": dict(rubric)}))
+    if config.step_judges:
+        results += run_step_judges(trace, index, config, gate)
+    return results

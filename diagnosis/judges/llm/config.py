@@ -1,0 +1,46 @@
+"""Configuration of the LLM judges (plain data; no Django needed unless `from_settings` is used)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+
+@runtime_checkable
+class Budget(Protocol):
+    """A per-run token / cost budget supplied by the caller (shared between threads: make it thread-safe)."""
+
+    def allow(self, tokens_estimate: int) -> bool: ...
+
+    def spend(self, tokens: int, cost: float) -> None: ...
+
+
+@dataclass
+class LlmJudgeConfig:
+    model: str  # any LiteLLM provider string, e.g. "openai/gpt-4o-mini", "ollama/llama3"
+    api_base: str | None = None
+    api_key: str | None = None
+    step_judges: bool = True  # judge LLM, TOOL and AGENT spans
+    trace_judge: bool = True
+    generated_rubrics: bool = False  # 3–5 rubrics derived from the trace's goal, then checked
+    max_context_tokens: int = 12000  # window size (prompt tokens per call) for long traces
+    timeout: float = 60.0
+    max_retries: int = 3  # only on 429 and timeouts, with backoff (honour Retry-After)
+    price_overrides: dict[str, tuple[float, float]] | None = None  # model -> (usd per input token, per output)
+    cache_get: Callable[[str], dict | None] | None = None  # content-hash cache supplied by the caller
+    cache_put: Callable[[str, dict], None] | None = None
+    budget: Budget | None = None  # .allow(tokens_estimate) -> bool and .spend(tokens, cost)
+
+    @classmethod
+    def from_settings(cls, **overrides) -> "LlmJudgeConfig":
+        """CLEAR_JUDGE_MODEL / CLEAR_JUDGE_API_BASE / CLEAR_JUDGE_API_KEY from Django settings, plus overrides."""
+        from django.conf import settings
+
+        values = {
+            "model": getattr(settings, "CLEAR_JUDGE_MODEL", None) or "",
+            "api_base": getattr(settings, "CLEAR_JUDGE_API_BASE", None) or None,
+            "api_key": getattr(settings, "CLEAR_JUDGE_API_KEY", None) or None,
+        }
+        values.update(overrides)
+        return cls(**values)
