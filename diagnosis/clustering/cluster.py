@@ -1,0 +1,323 @@
+"""Cluster statements into recurring failure patterns, per node and across the system.
+
+Pipeline of `cluster_statements` (defaults and reasons in METHOD.md):
+1. Deduplicate (dedup.py): exact (normalised text) then near duplicates (cosine >= 0.95) -> groups with counts.
+2. Units: with <= `direct_max` groups every group is a unit; otherwise mini-batch k-means makes
+   k = clamp(groups / `micro_ratio`, 2, `micro_max`) micro-clusters, which become the units.
+3. Weighted average linkage over the units (linkage.py), cut where the average statement-to-statement cosine
+   falls below 1 - `distance_threshold`. No cap on the number of clusters.
+4. Merge clusters whose normalised centroids have cosine >= `merge_threshold` (near-duplicate clusters).
+5. A group whose cosine to its cluster's centroid is < `min_member_similarity` leaves the cluster (k-means
+   may have glued it to a micro-cluster it does not belong to); clusters with fewer than `min_cluster_size`
+   statements, or fewer than `min_traces` distinct traces, are dissolved. Whatever leaves goes to "other":
+   statements are never dropped.
+Memory is O(n d) for the vectors plus O(m^2) for m <= max(direct_max, micro_max) units.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .dedup import NEAR_DUPLICATE_THRESHOLD, Dedup, deduplicate
+from .linkage import average_linkage_cut, micro_clusters
+from .statements import Statement
+
+__all__ = [
+    "Cluster", "ClusterParams", "ClusteringResult", "MultiLevelClustering", "NodeLink",
+    "cluster_statements", "cluster_per_node_and_system", "SYSTEM_LEVEL", "NODE_LEVEL",
+]
+
+SYSTEM_LEVEL = "system"
+NODE_LEVEL = "node"
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterParams:
+    """Every knob of `cluster_statements`, with its default. See METHOD.md for why each value."""
+
+    distance_threshold: float = 0.6
+    near_duplicate_threshold: float = NEAR_DUPLICATE_THRESHOLD
+    merge_threshold: float = 0.85
+    min_member_similarity: float = 0.3
+    min_cluster_size: int = 3
+    min_traces: int = 2
+    direct_max: int = 3000
+    micro_ratio: int = 20
+    micro_max: int = 3000
+    n_examples: int = 5
+    random_state: int = 0
+
+
+@dataclass(slots=True)
+class Cluster:
+    """One recurring pattern. `size` counts member statements including duplicates; `distinct_count` the
+    distinct normalised texts; `centroid` is the L2-normalised, count-weighted mean of the members' vectors;
+    `medoid_id` the member whose text has the highest summed cosine to all members (for unit vectors that is
+    the highest cosine to the centroid: the exact cosine medoid); `example_ids` are distinct-text members
+    nearest the centroid, medoid first; `cohesion` the mean member cosine to the centroid."""
+
+    id: str
+    level: str
+    node: str
+    member_ids: list[str]
+    centroid: np.ndarray
+    medoid_id: str
+    size: int
+    distinct_count: int
+    cohesion: float
+    example_ids: list[str] = field(default_factory=list)
+    trace_ids: list[str] = field(default_factory=list)
+    nodes: dict[str, int] = field(default_factory=dict)
+    severities: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class ClusteringResult:
+    """Clusters (largest first), the "other" bucket (ids of statements that fit no cluster) and the
+    assignment of every input statement id to a cluster id or None (= other)."""
+
+    clusters: list[Cluster]
+    other: list[str]
+    assignment: dict[str, str | None]
+    n_statements: int
+    n_groups: int  # after exact + near deduplication
+    n_units: int  # groups or micro-clusters that were linked
+    params: ClusterParams
+
+    def by_id(self) -> dict[str, Cluster]:
+        return {c.id: c for c in self.clusters}
+
+
+def _normalize_rows(x: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return x / norms
+
+
+def _weighted_means(vectors: np.ndarray, weights: np.ndarray, labels: np.ndarray, k: int) -> np.ndarray:
+    """Unnormalised weighted mean vector per label (rows with label < 0 ignored)."""
+    keep = labels >= 0
+    sums = np.zeros((k, vectors.shape[1]), dtype=np.float64)
+    tot = np.zeros(k, dtype=np.float64)
+    if keep.any():
+        from scipy.sparse import csr_matrix
+
+        idx = np.flatnonzero(keep)
+        mat = csr_matrix((weights[idx].astype(np.float64), (labels[idx], idx)), shape=(k, len(vectors)))
+        sums = np.asarray(mat @ vectors.astype(np.float64))
+        tot = np.bincount(labels[idx], weights=weights[idx].astype(np.float64), minlength=k)
+    tot[tot == 0] = 1.0
+    return sums / tot[:, None]
+
+
+def _merge_close(centroids: np.ndarray, threshold: float) -> np.ndarray:
+    """Union of clusters whose normalised centroids have cosine >= threshold; returns new labels."""
+    k = len(centroids)
+    parent = np.arange(k)
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    if k > 1 and threshold <= 1.0:
+        unit = _normalize_rows(centroids)
+        for start in range(0, k, 1024):
+            block = unit[start:start + 1024] @ unit.T
+            rows, cols = np.nonzero(block >= threshold)
+            for r, c in zip(rows + start, cols):
+                if c > r:
+                    a, b = find(int(r)), find(int(c))
+                    if a != b:
+                        parent[max(a, b)] = min(a, b)
+    roots = np.array([find(i) for i in range(k)], dtype=np.int64)
+    _, labels = np.unique(roots, return_inverse=True)
+    return labels.astype(np.int64)
+
+
+def _group_labels(dd: Dedup, p: ClusterParams) -> tuple[np.ndarray, int]:
+    """Steps 2-5 on the deduplicated groups: a cluster label per group (-1 = other) and the unit count."""
+    vecs, counts = dd.vectors, dd.count.astype(np.float64)
+    g = dd.n_groups
+    if g == 0:
+        return np.zeros(0, dtype=np.int64), 0
+    if g <= p.direct_max:
+        unit_of = np.arange(g)
+    else:
+        k = int(np.clip(g // max(p.micro_ratio, 1), 2, p.micro_max))
+        unit_of = micro_clusters(vecs, counts, k, random_state=p.random_state)
+    n_units = int(unit_of.max()) + 1
+    unit_means = _weighted_means(vecs, counts, unit_of, n_units)
+    unit_weight = np.bincount(unit_of, weights=counts, minlength=n_units)
+    unit_label = average_linkage_cut(unit_means, unit_weight, 1.0 - p.distance_threshold)
+    labels = unit_label[unit_of]
+    k = int(labels.max()) + 1
+    labels = _merge_close(_weighted_means(vecs, counts, labels, k), p.merge_threshold)[labels]
+    # members far from their cluster's centroid leave it (one pass against the centroids with all members)
+    k = int(labels.max()) + 1
+    centroids = _normalize_rows(_weighted_means(vecs, counts, labels, k))
+    member_sim = np.einsum("ij,ij->i", vecs, centroids[labels])
+    labels = np.where(member_sim >= p.min_member_similarity, labels, -1)
+    return labels, n_units
+
+
+def cluster_statements(
+    statements: Sequence[Statement],
+    vectors: np.ndarray,
+    *,
+    params: ClusterParams | None = None,
+    level: str = SYSTEM_LEVEL,
+    node: str = "",
+    id_prefix: str | None = None,
+    **overrides: float | int,
+) -> ClusteringResult:
+    """Cluster `statements` (vectors: one L2-normalised row each, same order) into recurring patterns.
+
+    params / **overrides: `ClusterParams` fields (e.g. distance_threshold=0.55). level/node label the
+    clusters; ids are f"{id_prefix}{i}" with id_prefix defaulting to "system:" or f"node:{node}:".
+    Deterministic for a given input order and random_state.
+    """
+    p = params or ClusterParams()
+    if overrides:
+        p = ClusterParams(**{**{f: getattr(p, f) for f in p.__dataclass_fields__}, **overrides})
+    n = len(statements)
+    vectors = np.asarray(vectors, dtype=np.float32)
+    if vectors.ndim != 2 or vectors.shape[0] != n:
+        raise ValueError(f"expected {n} vectors, got array of shape {vectors.shape}")
+    prefix = id_prefix if id_prefix is not None else (f"node:{node}:" if level == NODE_LEVEL else "system:")
+    if n == 0:
+        return ClusteringResult([], [], {}, 0, 0, 0, p)
+    dd = deduplicate([s.text for s in statements], vectors, near_threshold=p.near_duplicate_threshold,
+                     random_state=p.random_state)
+    labels, n_units = _group_labels(dd, p)
+    members = dd.members()
+    clusters: list[Cluster] = []
+    other_rows: list[np.ndarray] = []
+    counts = dd.count.astype(np.float64)
+    k = int(labels.max()) + 1 if len(labels) else 0
+    groups_of = _split_by_label(labels, k)
+    other_rows.extend(members[gi] for gi in np.flatnonzero(labels < 0))
+    drafts: list[tuple[int, np.ndarray, np.ndarray]] = []
+    for c in range(k):
+        groups = groups_of[c]
+        rows = np.concatenate([members[gi] for gi in groups]) if len(groups) else np.zeros(0, dtype=np.int64)
+        traces = {statements[r].trace_id for r in rows}
+        if len(rows) < p.min_cluster_size or len(traces) < p.min_traces:
+            other_rows.append(rows)
+            continue
+        drafts.append((len(rows), groups, rows))
+    # largest first; ties broken by first statement row, so ids are stable for a given input
+    drafts.sort(key=lambda d: (-d[0], int(d[2].min())))
+    for i, (_, groups, rows) in enumerate(drafts):
+        rows = np.sort(rows)
+        w = counts[groups]
+        mean = (dd.vectors[groups].astype(np.float64) * w[:, None]).sum(0) / w.sum()
+        centroid = (mean / (np.linalg.norm(mean) or 1.0)).astype(np.float32)
+        sims = dd.vectors[groups] @ centroid
+        ranked = groups[np.lexsort((dd.rep[groups], -sims))]
+        clusters.append(Cluster(
+            id=f"{prefix}{i}", level=level, node=node,
+            member_ids=[statements[r].id for r in rows],
+            centroid=centroid,
+            medoid_id=statements[int(dd.rep[ranked[0]])].id,
+            size=len(rows),
+            distinct_count=int(dd.distinct[groups].sum()),
+            cohesion=float((sims * w).sum() / w.sum()),
+            example_ids=[statements[int(dd.rep[gi])].id for gi in ranked[: p.n_examples]],
+            trace_ids=sorted({statements[r].trace_id for r in rows}),
+            nodes=dict(Counter(statements[r].node for r in rows).most_common()),
+            severities=dict(Counter(statements[r].severity for r in rows).most_common()),
+        ))
+    other = sorted((int(r) for part in other_rows for r in part))
+    assignment: dict[str, str | None] = {s.id: None for s in statements}
+    for c_ in clusters:
+        for sid in c_.member_ids:
+            assignment[sid] = c_.id
+    return ClusteringResult(
+        clusters=clusters, other=[statements[r].id for r in other], assignment=assignment,
+        n_statements=n, n_groups=dd.n_groups, n_units=n_units, params=p,
+    )
+
+
+def _split_by_label(labels: np.ndarray, k: int) -> list[np.ndarray]:
+    idx = np.flatnonzero(labels >= 0)
+    order = idx[np.argsort(labels[idx], kind="stable")]
+    bounds = np.searchsorted(labels[order], np.arange(k + 1))
+    return [order[bounds[c]:bounds[c + 1]] for c in range(k)]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeLink:
+    """A node cluster contained in a system cluster: `shared` statements are in both, which is `share` of
+    the node cluster's statements."""
+
+    node: str
+    node_cluster_id: str
+    shared: int
+    share: float
+
+
+@dataclass(slots=True)
+class MultiLevelClustering:
+    """Node-level results per node, the system-level result, and system cluster id -> contained node
+    clusters. Unpacks as `node_clusters, system_clusters, links = cluster_per_node_and_system(...)`."""
+
+    node_results: dict[str, ClusteringResult]
+    system_result: ClusteringResult
+    links: dict[str, list[NodeLink]]
+
+    @property
+    def node_clusters(self) -> dict[str, list[Cluster]]:
+        return {node: r.clusters for node, r in self.node_results.items()}
+
+    @property
+    def system_clusters(self) -> list[Cluster]:
+        return self.system_result.clusters
+
+    def __iter__(self) -> Iterator[object]:
+        return iter((self.node_clusters, self.system_clusters, self.links))
+
+
+def cluster_per_node_and_system(
+    statements: Sequence[Statement],
+    vectors: np.ndarray,
+    *,
+    params: ClusterParams | None = None,
+    node_params: ClusterParams | None = None,
+    link_min_share: float = 0.5,
+) -> MultiLevelClustering:
+    """Node-level clusters for each non-empty node (statements with node "" are trace-level and only take
+    part at system level), system-level clusters over all statements, and links: a node cluster is linked to
+    every system cluster holding >= `link_min_share` of its statements (with the default 0.5, at most one).
+    The same vectors serve both levels; nothing is embedded twice."""
+    vectors = np.asarray(vectors, dtype=np.float32)
+    by_node: dict[str, list[int]] = {}
+    for i, s in enumerate(statements):
+        if s.node:
+            by_node.setdefault(s.node, []).append(i)
+    node_results: dict[str, ClusteringResult] = {}
+    for node in sorted(by_node):
+        rows = by_node[node]
+        node_results[node] = cluster_statements(
+            [statements[i] for i in rows], vectors[rows], params=node_params or params, level=NODE_LEVEL,
+            node=node,
+        )
+    system = cluster_statements(statements, vectors, params=params, level=SYSTEM_LEVEL)
+    links: dict[str, list[NodeLink]] = {c.id: [] for c in system.clusters}
+    for node, result in node_results.items():
+        for nc in result.clusters:
+            hits = Counter(system.assignment.get(sid) for sid in nc.member_ids)
+            for sys_id, shared in hits.most_common():
+                if sys_id is None:
+                    continue
+                share = shared / nc.size
+                if share >= link_min_share:
+                    links[sys_id].append(NodeLink(node=node, node_cluster_id=nc.id, shared=shared, share=share))
+    for v in links.values():
+        v.sort(key=lambda link: (-link.shared, link.node_cluster_id))
+    return MultiLevelClustering(node_results=node_results, system_result=system, links=links)
