@@ -1,0 +1,1 @@
+"""Pure clustering library: statements -> embeddings -> deduplicated clusters -> names, stats, identity."""

@@ -1,0 +1,154 @@
+"""Per-insight statistics: frequency, lift with an interval, and trend by release.
+
+All counts are over *judged traces* (traces that at least one judge looked at), at trace level: a trace with
+three statements in a cluster counts once.
+
+* frequency = traces with the issue / judged traces, with a Wilson score interval.
+* lift = failure rate of judged traces with the issue / failure rate of judged traces without it (a risk
+  ratio). Interval: Katz's log method, exp(ln RR +- z sqrt(1/a - 1/n1 + 1/c - 1/n2)); when a cell is 0, 0.5 is
+  added to a, c and the non-failures (Haldane-Anscombe) so the interval stays finite. lift is None when one
+  side has no traces.
+* risk difference = the same two failure rates subtracted, with Newcombe's hybrid score interval (method 10
+  of Newcombe 1998, built from the two Wilson intervals): defined even when a rate is 0 or 1, which the ratio
+  is not.
+* trend: per release, traces with the issue, judged traces and frequency, in the caller's release order (or
+  first-seen order).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from statistics import NormalDist
+
+__all__ = [
+    "TraceInfo", "IssueStats", "ReleaseCount", "issue_stats", "wilson_interval", "risk_ratio",
+    "newcombe_difference", "trend_by_release",
+]
+
+Interval = tuple[float, float]
+
+
+@dataclass(frozen=True, slots=True)
+class TraceInfo:
+    """A judged trace: did it fail, and in which release."""
+
+    failed: bool
+    release: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseCount:
+    release: str
+    count: int  # judged traces of this release with the issue
+    judged: int  # judged traces of this release
+    frequency: float  # count / judged (0 when judged is 0)
+
+
+@dataclass(frozen=True, slots=True)
+class IssueStats:
+    count: int  # judged traces with the issue
+    judged: int
+    frequency: float
+    frequency_ci: Interval
+    failure_rate_with: float | None
+    failure_rate_without: float | None
+    lift: float | None
+    lift_ci: Interval | None
+    risk_difference: float | None
+    risk_difference_ci: Interval | None
+    trend: list[ReleaseCount] = field(default_factory=list)
+
+
+def _z(confidence: float) -> float:
+    return NormalDist().inv_cdf(0.5 + confidence / 2)
+
+
+def wilson_interval(k: int, n: int, confidence: float = 0.95) -> Interval:
+    """Wilson score interval for the proportion k/n; (0, 1) when n is 0."""
+    if n <= 0:
+        return (0.0, 1.0)
+    z = _z(confidence)
+    p = k / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def risk_ratio(a: int, n1: int, c: int, n2: int, confidence: float = 0.95) -> tuple[float | None, Interval | None]:
+    """(a/n1) / (c/n2) with Katz's log interval; (None, None) when n1 or n2 is 0."""
+    if n1 <= 0 or n2 <= 0:
+        return None, None
+    if a == 0 or c == 0 or a == n1 or c == n2:  # Haldane-Anscombe correction on every cell
+        a_, c_, n1_, n2_ = a + 0.5, c + 0.5, n1 + 1.0, n2 + 1.0
+    else:
+        a_, c_, n1_, n2_ = float(a), float(c), float(n1), float(n2)
+    rr_point = (a / n1) / (c / n2) if c else math.inf
+    rr = (a_ / n1_) / (c_ / n2_)
+    se = math.sqrt(1 / a_ - 1 / n1_ + 1 / c_ - 1 / n2_)
+    z = _z(confidence)
+    low, high = rr * math.exp(-z * se), rr * math.exp(z * se)
+    point = rr_point if math.isfinite(rr_point) else rr
+    return point, (min(low, point), max(high, point))
+
+
+def newcombe_difference(a: int, n1: int, c: int, n2: int, confidence: float = 0.95) -> tuple[float | None, Interval | None]:
+    """a/n1 - c/n2 with Newcombe's hybrid score interval; (None, None) when n1 or n2 is 0."""
+    if n1 <= 0 or n2 <= 0:
+        return None, None
+    p1, p2 = a / n1, c / n2
+    l1, u1 = wilson_interval(a, n1, confidence)
+    l2, u2 = wilson_interval(c, n2, confidence)
+    d = p1 - p2
+    low = d - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2)
+    high = d + math.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2)
+    return d, (max(-1.0, low), min(1.0, high))
+
+
+def trend_by_release(
+    issue_trace_ids: Iterable[str], traces: Mapping[str, TraceInfo], release_order: Sequence[str] | None = None,
+) -> list[ReleaseCount]:
+    """Per release: judged traces with the issue, judged traces, frequency. Releases in `release_order`
+    (missing ones get zeros) followed by any other release in first-seen order of `traces`."""
+    hit = {t for t in issue_trace_ids if t in traces}
+    judged: dict[str, int] = {}
+    count: dict[str, int] = {}
+    for tid, info in traces.items():
+        judged[info.release] = judged.get(info.release, 0) + 1
+        if tid in hit:
+            count[info.release] = count.get(info.release, 0) + 1
+    order = list(release_order or [])
+    order += [r for r in judged if r not in set(order)]
+    return [
+        ReleaseCount(release=r, count=count.get(r, 0), judged=judged.get(r, 0),
+                     frequency=(count.get(r, 0) / judged[r]) if judged.get(r) else 0.0)
+        for r in order
+    ]
+
+
+def issue_stats(
+    issue_trace_ids: Iterable[str],
+    traces: Mapping[str, TraceInfo],
+    *,
+    confidence: float = 0.95,
+    release_order: Sequence[str] | None = None,
+) -> IssueStats:
+    """Frequency, lift and trend of one issue. issue_trace_ids: traces in which the issue was found (others
+    than the judged `traces` are ignored); traces: every judged trace id -> TraceInfo."""
+    hit = {t for t in issue_trace_ids if t in traces}
+    judged = len(traces)
+    n1 = len(hit)
+    a = sum(1 for t in hit if traces[t].failed)
+    n2 = judged - n1
+    c = sum(1 for t, info in traces.items() if info.failed and t not in hit)
+    lift, lift_ci = risk_ratio(a, n1, c, n2, confidence)
+    diff, diff_ci = newcombe_difference(a, n1, c, n2, confidence)
+    return IssueStats(
+        count=n1, judged=judged, frequency=(n1 / judged) if judged else 0.0,
+        frequency_ci=wilson_interval(n1, judged, confidence),
+        failure_rate_with=(a / n1) if n1 else None, failure_rate_without=(c / n2) if n2 else None,
+        lift=lift, lift_ci=lift_ci, risk_difference=diff, risk_difference_ci=diff_ci,
+        trend=trend_by_release(hit, traces, release_order),
+    )
