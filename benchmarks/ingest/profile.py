@@ -29,6 +29,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--db", default="clear_bench_profile")
     p.add_argument("--cprofile", action="store_true")
     p.add_argument("--top", type=int, default=40)
+    p.add_argument("--redis", help="REDIS_URL: include the outbox's after-commit dispatch to Celery (flushed)")
     args = p.parse_args(argv)
 
     from benchmarks.ingest.run import _drop_db, _recreate_db
@@ -37,7 +38,13 @@ def main(argv: list[str] | None = None) -> None:
     _recreate_db(args.pg, args.db)
     os.environ.update(DJANGO_SETTINGS_MODULE="clear.settings.base", DATABASE_URL=f"{args.pg}/{args.db}",
                       SECRET_KEY="profile", LOG_LEVEL="WARNING")
-    os.environ.pop("REDIS_URL", None)
+    if args.redis:
+        os.environ["REDIS_URL"] = args.redis
+        from benchmarks.ingest.run import _flush_redis
+
+        _flush_redis(args.redis)
+    else:
+        os.environ.pop("REDIS_URL", None)
     import django
 
     django.setup()
@@ -52,11 +59,6 @@ def main(argv: list[str] | None = None) -> None:
         call_command("migrate", verbosity=0)
         project = project_create(name="profile")
         bodies = [body for body, _ in batches(total=args.spans, batch_size=args.batch)]
-        # The outbox's on-commit dispatch would talk to a broker: keep it out of the profile.
-        import traces.services.outbox as outbox
-
-        outbox.outbox_dispatch = lambda **kw: 0
-
         timings: dict[str, float] = {}
 
         def timed(name, fn):
@@ -67,6 +69,14 @@ def main(argv: list[str] | None = None) -> None:
                 finally:
                     timings[name] = timings.get(name, 0.0) + time.perf_counter() - t
             return wrapper
+
+        import traces.services.outbox as outbox
+
+        if args.redis:
+            outbox.outbox_dispatch = timed("outbox dispatch (after commit)", outbox.outbox_dispatch)
+        else:
+            # Without a broker the on-commit dispatch would hang on retries: keep it out of the profile.
+            outbox.outbox_dispatch = lambda **kw: 0
 
         ingest._trace_rows = timed("trace rows", ingest._trace_rows)
         ingest._resolve_nodes = timed("node resolution", ingest._resolve_nodes)
@@ -92,6 +102,8 @@ def main(argv: list[str] | None = None) -> None:
             ingest_s += t3 - t2
         if profiler:
             profiler.disable()
+        if args.redis:
+            _flush_redis(args.redis)
         cpu = time.process_time() - cpu_start
         n = args.spans
         print(f"{n} spans: decode {decode_s:.2f} s ({n / decode_s:.0f}/s), spans_ingest {ingest_s:.2f} s "

@@ -15,7 +15,7 @@ from django.utils import timezone
 from clear.projects.models import Project
 from traces.models import Span, Trace
 from traces.normalize import LangfuseBatch, ScoreRecord, SpanRecord, SpanUpdate, TraceUpdate, resolve_nodes
-from traces.services.bulk import spans_insert
+from traces.services.bulk import SpanRow, spans_insert
 from traces.services.outbox import TRACE_FINALIZE, outbox_enqueue
 
 _SPAN_COLUMNS = (
@@ -139,8 +139,8 @@ def spans_ingest(*, project: Project, spans: list[SpanRecord], provided_fields: 
                     _span_merge(trace=traces[record.trace_id], span_id=record.span_id,
                                 fields={f: getattr(record, f) for f in provided_fields[key] if f in _SPAN_COLUMNS})
                 continue
-            rows.append(Span(project=project, trace=traces[record.trace_id], span_id=record.span_id,
-                             node_inferred=key in inferred, **_span_values(record)))
+            rows.append(SpanRow(project=project, trace=traces[record.trace_id], span_id=record.span_id,
+                                node_inferred=key in inferred, **_span_values(record)))
         created = spans_insert(rows)  # COPY on Postgres, bulk_create(ignore_conflicts=True) elsewhere
         result.spans_created = len(created)
         for record in spans:
