@@ -17,7 +17,7 @@ from .dedup import exact_groups
 from .embeddings import Embedder
 from .identity import fingerprint
 from .naming import ClusterName, LLMNamer, name_clusters
-from .statements import Statement
+from .statements import Statement, canonical_text
 
 __all__ = ["Analysis", "embed_statements", "analyse"]
 
@@ -32,10 +32,11 @@ class Analysis:
 
 
 def embed_statements(statements: Sequence[Statement], embedder: Embedder) -> tuple[np.ndarray, int]:
-    """One vector per statement, computing one per distinct normalised text; returns (vectors, n distinct)."""
+    """One vector per statement, computing one per distinct normalised text (the `canonical_text` of its
+    first occurrence is embedded); returns (vectors, number of distinct texts embedded)."""
     texts = [s.text for s in statements]
     first, inverse, _ = exact_groups(texts)
-    unique = embedder.embed([texts[i] for i in first])
+    unique = embedder.embed([canonical_text(texts[i]) for i in first])
     return unique[inverse], len(first)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["Statement", "split_critique", "statements_from_critique", "normalize_text", "MIN_CHARS", "MIN_WORDS"]
+__all__ = ["Statement", "split_critique", "statements_from_critique", "normalize_text", "canonical_text", "MIN_CHARS", "MIN_WORDS"]
 
 MIN_CHARS = 15
 """Fragments shorter than this (after cleaning) carry no diagnosable content ("Not good.", "See above.")."""
@@ -177,3 +177,13 @@ def normalize_text(text: str) -> str:
     text = _NORM_TOKEN_DIGIT.sub("0", text)
     text = _SPACES.sub(" ", text).strip()
     return _NORM_TRAIL.sub("", text)
+
+
+_CANON_TRAIL = re.compile(r"[\s.!?;:,]+$")
+
+
+def canonical_text(text: str) -> str:
+    """The form that is embedded: whitespace collapsed, one final period. all-MiniLM-L6-v2 moves a vector by
+    as much as 0.13 cosine for a missing final period alone, which would otherwise split duplicates."""
+    text = _CANON_TRAIL.sub("", _SPACES.sub(" ", text).strip())
+    return f"{text}." if text else text
