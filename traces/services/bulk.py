@@ -79,8 +79,6 @@ class _Column:
 _COLUMNS = [_Column(f) for f in Span._meta.concrete_fields if not f.primary_key]
 _ACCEPTED = frozenset(c.name for c in _COLUMNS) | frozenset(c.attname for c in _COLUMNS)
 _RECEIVED_AT = next(i for i, c in enumerate(_COLUMNS) if c.name == "received_at")
-_TRACE = next(i for i, c in enumerate(_COLUMNS) if c.name == "trace")
-_SPAN_ID = next(i for i, c in enumerate(_COLUMNS) if c.name == "span_id")
 _JSON_COLUMNS = [i for i, c in enumerate(_COLUMNS) if c.is_json]
 # Every span of an OTLP ResourceSpans shares one resource dict: encode it once per call.
 _SHARED_JSON = {i for i, c in enumerate(_COLUMNS) if c.name == "resource"}
@@ -199,16 +197,26 @@ def _raw_jsonb_dumper():
     return RawJsonbBinaryDumper
 
 
-def _copy(connection, values: list[list]) -> None:
+def _copy(connection, rows: list[SpanRow | Span], now) -> None:
+    """COPY the rows, encoding each as it is written so the server works on the first rows meanwhile."""
     statement, oids = _copy_plan(connection)
+    shared: dict[int, bytes] = {}
     with connection.cursor() as cursor, connection.wrap_database_errors:
         raw = cursor.cursor  # psycopg's cursor; a dumper registered on it stays local to it
         raw.adapters.register_dumper(None, _raw_jsonb_dumper())
         with raw.copy(statement) as copy:
             copy.set_types(oids)
             write_row = copy.write_row
-            for row in values:
-                write_row(row)
+            for row in rows:
+                write_row(_row_values(row, now, shared))
+
+
+def _sort_key(row: SpanRow | Span) -> tuple:
+    if isinstance(row, SpanRow):
+        given = row.values
+        trace = given["trace"].pk if "trace" in given else given.get("trace_id")
+        return (trace, given.get("span_id"))
+    return (row.trace_id, row.span_id)
 
 
 def _as_spans(rows: list[SpanRow | Span]) -> list[Span]:
@@ -237,11 +245,9 @@ def spans_insert(rows: list[SpanRow | Span]) -> list[SpanRow | Span]:
         return Span.objects.using(alias).bulk_create(_as_spans(rows), ignore_conflicts=True, batch_size=BATCH_SIZE)
     now = timezone.now()
     try:
-        shared: dict[int, bytes] = {}
-        values = [_row_values(row, now, shared) for row in rows]
-        values.sort(key=lambda v: (v[_TRACE], v[_SPAN_ID]))
+        ordered = sorted(rows, key=_sort_key)
         with transaction.atomic(using=alias):  # a savepoint inside the request's transaction
-            _copy(connection, values)
+            _copy(connection, ordered, now)
     except IntegrityError:
         # Someone committed some of these spans after the caller looked: skip those, insert the rest.
         return _bulk_create(alias, rows)
