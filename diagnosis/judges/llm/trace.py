@@ -17,7 +17,7 @@ from .client import BudgetGate, CallOutcome, call_json
 from .config import LlmJudgeConfig
 from .prompts import (PROMPT_VERSIONS, RUBRIC_GEN_JUDGE, SYSTEM_PROMPTS, TRACE_JUDGE, WINDOW_JUDGE, messages_for,
                       user_message)
-from .render import TraceIndex, cut_middle, cut_to_fit, estimate_tokens, pack, render_span
+from .render import Block, TraceIndex, cut_middle, cut_to_fit, estimate_tokens, pack, render_span
 from .results import EvidenceFilter, call_details, failed, skipped
 from .schema import RUBRIC_GEN_SCHEMA, TRACE_SCHEMA, WINDOW_SCHEMA
 
@@ -95,6 +95,7 @@ def run_trace_judge(trace: TraceView, index: TraceIndex, rubrics: list[dict], co
     if len(blocks) > 1:  # leave room for the running summary and the window marker
         budget = max(MIN_DATA_TOKENS, budget - SUMMARY_RESERVE_TOKENS)
         blocks = pack(trace.spans, render, budget_tokens=budget, max_items=10**6)
+    blocks = blocks or [Block()]  # a trace without spans is still judged (from its goal and final output)
 
     evidence = EvidenceFilter(set(index.by_id))
     window_issues: list[JudgeIssue] = []

@@ -131,3 +131,25 @@ def judge_reply(request: dict, *, score: float = 0.5) -> str:
         "issues": [issue],
         "rubrics": [{"id": r["id"], "verdict": "pass", "justification": "ok", "evidence": []} for r in data["rubrics"]],
     })
+
+
+def conversation_trace(turns: int, *, result_chars: int = 400, trace_id: str = "t-conversation") -> TraceView:
+    """One agent looping `turns` times: an LLM call (whose input is the whole conversation so far, as real
+    instrumentations record it) followed by a tool call. Step inputs grow linearly, so re-sending them (CLEAR's
+    step judge) costs O(turns²) tokens."""
+    goal = "Research the refund policy changes of 2024 and summarise them for the customer."
+    system = {"role": "system", "content": "You are the researcher. Use search_kb until you can answer."}
+    history = [system, {"role": "user", "content": goal}]
+    spans = [span("root", name="invoke_agent researcher", kind="AGENT", node="researcher", input=goal,
+                  output="Summary sent.")]
+    for turn in range(turns):
+        call = {"role": "assistant", "tool_calls": [{"id": f"call_{turn}", "name": "search_kb",
+                                                     "arguments": {"query": f"refund policy part {turn}"}}]}
+        result = (f"Article {turn}: " + "Refunds within 30 days are processed to the original payment method. "
+                  * (result_chars // 70 + 1))[:result_chars]
+        spans.append(span(f"llm{turn:04d}", parent="root", kind="LLM", node="researcher", offset_s=2 * turn + 1,
+                          model="gpt-4o-mini", input=list(history), output=[{**call, "finish_reason": "tool_calls"}]))
+        spans.append(span(f"tool{turn:04d}", parent="root", kind="TOOL", node="researcher", offset_s=2 * turn + 2,
+                          tool_name="search_kb", input=call["tool_calls"][0]["arguments"], output=result))
+        history += [call, {"role": "tool", "tool_call_id": f"call_{turn}", "content": result}]
+    return TraceView(trace_id=trace_id, spans=spans, goal=goal, final_output="Summary sent.", outcome="success")

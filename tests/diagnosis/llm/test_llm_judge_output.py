@@ -203,3 +203,16 @@ def test_the_system_message_is_a_constant(fake_llm):
         judge_trace_with_llm(trace=trace, rubrics=[], config=config(fake_llm))
     systems = {r["messages"][0]["content"] for r in fake_llm.requests}
     assert systems <= set(SYSTEM_PROMPTS.values())
+
+
+def test_a_trace_without_spans_is_still_judged(fake_llm):
+    dimensions = {d: {"score": 0.0, "justification": "none"}
+                  for d in ("task_completion", "correctness", "tool_use", "efficiency", "coordination")}
+    fake_llm.script(default=json.dumps({
+        "feedback": "Nothing happened.", "dimensions": dimensions, "score": 0.0, "verdict": "fail",
+        "outcome_assessment": "unclear", "root_cause": None, "issues": [], "rubrics": []}))
+    [result] = judge_trace_with_llm(trace=TraceView(trace_id="empty", spans=[], goal="Do it"), rubrics=[],
+                                    config=config(fake_llm))
+    assert fake_llm.call_count == 1
+    assert data_block(fake_llm.requests[0])["steps"] == []
+    assert (result.status, result.score, result.verdict) == ("ok", 0.0, "fail")  # a real verdict, not an error

@@ -1,0 +1,3 @@
+from benchmarks.judges.run import main
+
+main()
