@@ -1,0 +1,411 @@
+"""Deterministic rubric checks: a project's own assertions, evaluated as code over a TraceView.
+
+A rubric is plain data here: {"id", "name", "kind", "node", "config"}. `rubric_config_validate` normalises a config
+or raises RubricConfigError with a message naming the field; `rubric_check` returns one JudgeResult (judge
+"rubric.<id>"): fail with quoted evidence, pass, or skipped when the rubric does not apply to the trace.
+
+Every kind accepts "when": {"goal_regex": "..."} (apply only to traces whose goal matches). Span selectors are
+{"node", "kind", "tool", "name"}, each a string or a list, all given keys must match. A rubric's node scope narrows
+the spans it looks at (regex, jsonpath, tool_* calls, the coverage target).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from diagnosis.judges.contract import Evidence, JudgeIssue, JudgeResult, SpanView, TraceView
+from diagnosis.judges.jsonpath import JsonPathError, jsonpath_compile, jsonpath_values
+from diagnosis.judges.text import dump, maybe_json, normalise, plain_text, value_text
+
+RUBRICS_VERSION = "rubrics-1"
+KINDS = ("regex", "jsonpath", "tool_order", "tool_never", "coverage", "llm")
+DETERMINISTIC_KINDS = ("regex", "jsonpath", "tool_order", "tool_never", "coverage")
+_SELECTOR_KEYS = ("node", "kind", "tool", "name")
+_FIELDS = ("output", "input", "any")
+_ASSERTS = ("exists", "absent", "equals", "matches", "in")
+_QUOTE_MAX = 200
+
+
+class RubricConfigError(ValueError):
+    pass
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# validation
+
+
+def _strings(value: Any, where: str) -> list[str]:
+    if isinstance(value, str) and value.strip():
+        return [value.strip()]
+    if isinstance(value, list) and value and all(isinstance(v, str) and v.strip() for v in value):
+        return [v.strip() for v in value]
+    raise RubricConfigError(f"{where} must be a non-empty string or a list of non-empty strings")
+
+
+def _regex(value: Any, where: str, flags: int = 0) -> str:
+    if not isinstance(value, str) or not value:
+        raise RubricConfigError(f"{where} must be a non-empty regular expression string")
+    try:
+        re.compile(value, flags)
+    except re.error as exc:
+        raise RubricConfigError(f"{where} {value!r} is not a valid regular expression: {exc}") from None
+    return value
+
+
+def _selector(value: Any, where: str, *, required: bool = False) -> dict:
+    if value is None:
+        if required:
+            raise RubricConfigError(f"{where} is required: a span selector such as {{\"kind\": \"TOOL\"}}")
+        return {}
+    if not isinstance(value, dict):
+        raise RubricConfigError(f"{where} must be an object with any of {', '.join(_SELECTOR_KEYS)}")
+    unknown = sorted(set(value) - set(_SELECTOR_KEYS))
+    if unknown:
+        raise RubricConfigError(f"{where} has unknown keys {unknown}; use {', '.join(_SELECTOR_KEYS)}")
+    selector = {key: _strings(val, f"{where}.{key}") for key, val in value.items()}
+    if "kind" in selector:
+        selector["kind"] = [k.upper() for k in selector["kind"]]
+    if required and not selector:
+        raise RubricConfigError(f"{where} must select some spans, e.g. {{\"node\": \"writer\"}}")
+    return selector
+
+
+def _choice(value: Any, where: str, choices: tuple[str, ...], default: str) -> str:
+    if value is None:
+        return default
+    if value not in choices:
+        raise RubricConfigError(f"{where} must be one of {', '.join(choices)} (got {value!r})")
+    return value
+
+
+def _when(value: Any) -> dict:
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or set(value) - {"goal_regex"}:
+        raise RubricConfigError('"when" must be {"goal_regex": "<regular expression>"}')
+    return {"goal_regex": _regex(value.get("goal_regex"), "when.goal_regex", re.IGNORECASE)}
+
+
+def rubric_config_validate(kind: str, config: Any) -> dict:
+    """The config, normalised; RubricConfigError says what is wrong and how to write it."""
+    if kind not in KINDS:
+        raise RubricConfigError(f"Unknown rubric kind {kind!r}; use one of {', '.join(KINDS)}")
+    if not isinstance(config, dict):
+        raise RubricConfigError(f"A {kind} rubric's config must be a JSON object")
+    allowed = {"when", "description"}
+    out: dict[str, Any] = {}
+    if kind == "regex":
+        allowed |= {"pattern", "expect", "field", "spans", "ignore_case"}
+        ignore_case = config.get("ignore_case", False)
+        if not isinstance(ignore_case, bool):
+            raise RubricConfigError("ignore_case must be true or false")
+        out = {
+            "pattern": _regex(config.get("pattern"), "pattern", re.IGNORECASE if ignore_case else 0),
+            "expect": _choice(config.get("expect"), "expect", ("present", "absent"), "present"),
+            "field": _choice(config.get("field"), "field", _FIELDS, "output"),
+            "spans": _selector(config.get("spans"), "spans"),
+            "ignore_case": ignore_case,
+        }
+    elif kind == "jsonpath":
+        allowed |= {"path", "assert", "value", "pattern", "field", "spans"}
+        try:
+            jsonpath_compile(config.get("path"))
+        except JsonPathError as exc:
+            raise RubricConfigError(f"path: {exc}") from None
+        out = {
+            "path": config["path"].strip(),
+            "assert": _choice(config.get("assert"), "assert", _ASSERTS, "exists"),
+            "field": _choice(config.get("field"), "field", ("output", "input"), "output"),
+            "spans": _selector(config.get("spans"), "spans"),
+        }
+        if out["assert"] in ("equals", "in"):
+            if "value" not in config:
+                raise RubricConfigError(f'assert "{out["assert"]}" needs "value"')
+            if out["assert"] == "in" and not isinstance(config["value"], list):
+                raise RubricConfigError('assert "in" needs "value" to be a list')
+            out["value"] = config["value"]
+        if out["assert"] == "matches":
+            out["pattern"] = _regex(config.get("pattern"), "pattern")
+    elif kind == "tool_order":
+        allowed |= {"first", "then"}
+        out = {"first": _strings(config.get("first"), "first")}
+        if config.get("then") is not None:
+            out["then"] = _strings(config.get("then"), "then")
+    elif kind == "tool_never":
+        allowed |= {"tool"}
+        out = {"tool": _strings(config.get("tool"), "tool")}
+    elif kind == "coverage":
+        allowed |= {"path", "sources", "target", "min_length"}
+        paths = config.get("path")
+        paths = [paths] if isinstance(paths, str) else paths
+        if not isinstance(paths, list) or not paths:
+            raise RubricConfigError('path must be a JSONPath or a list of them, e.g. "$..order_id"')
+        for path in paths:
+            try:
+                jsonpath_compile(path)
+            except JsonPathError as exc:
+                raise RubricConfigError(f"path: {exc}") from None
+        min_length = config.get("min_length", 1)
+        if not isinstance(min_length, int) or min_length < 1:
+            raise RubricConfigError("min_length must be a positive integer")
+        out = {
+            "path": [p.strip() for p in paths],
+            "sources": _selector(config.get("sources"), "sources", required=True),
+            "target": _selector(config.get("target"), "target", required=True),
+            "min_length": min_length,
+        }
+    elif kind == "llm":
+        allowed |= {"criterion", "scope"}
+        criterion = config.get("criterion")
+        if not isinstance(criterion, str) or not criterion.strip():
+            raise RubricConfigError('An llm rubric needs "criterion": the natural-language rule the judge applies')
+        out = {"criterion": criterion.strip(), "scope": _choice(config.get("scope"), "scope", ("trace", "step"),
+                                                                "trace")}
+    unknown = sorted(set(config) - allowed)
+    if unknown:
+        raise RubricConfigError(f"Unknown keys {unknown} for a {kind} rubric; allowed: {', '.join(sorted(allowed))}")
+    when = _when(config.get("when"))
+    if when:
+        out["when"] = when
+    if isinstance(config.get("description"), str):
+        out["description"] = config["description"]
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# evaluation
+
+
+def _matches(span: SpanView, selector: dict) -> bool:
+    if "node" in selector and span.node not in selector["node"]:
+        return False
+    if "kind" in selector and span.kind not in selector["kind"]:
+        return False
+    if "tool" in selector and span.tool_name not in selector["tool"]:
+        return False
+    if "name" in selector and span.name not in selector["name"]:
+        return False
+    return True
+
+
+def _scoped(selector: dict, node: str) -> dict:
+    if node and "node" not in selector:
+        return {**selector, "node": [node]}
+    return selector
+
+
+def _root(trace: TraceView) -> SpanView | None:
+    ids = {s.span_id for s in trace.spans}
+    for span in trace.spans:
+        if not span.parent_span_id or span.parent_span_id not in ids:
+            return span
+    return None
+
+
+def _field_value(span: SpanView, field: str) -> Any:
+    if field == "input":
+        return span.input
+    if field == "output":
+        return span.output
+    return [span.input, span.output]
+
+
+def _clip(text: str) -> str:
+    return text.strip()[:_QUOTE_MAX]
+
+
+def _opening(span: SpanView, field: str = "output") -> str:
+    """A verifiable quote of what a span said instead."""
+    return _clip(plain_text(_field_value(span, field) if field != "any" else span.output))
+
+
+def _result(rubric: dict, verdict: str | None, critique: str, issues: list[JudgeIssue] | None = None,
+            target: str | None = None, status: str = "ok") -> JudgeResult:
+    return JudgeResult(
+        judge=f"rubric.{rubric['id']}", target_span_id=target, status=status,
+        score=None if verdict is None else (1.0 if verdict == "pass" else 0.0), verdict=verdict, critique=critique,
+        issues=issues or [], prompt_version=RUBRICS_VERSION,
+        details={"rubric_id": rubric["id"], "rubric": rubric.get("name", ""), "kind": rubric["kind"]},
+    )
+
+
+def _not_applicable(rubric: dict, why: str) -> JudgeResult:
+    return _result(rubric, None, f"Not applicable: {why}", status="skipped")
+
+
+def _tool_calls(trace: TraceView, node: str) -> list[SpanView]:
+    return [s for s in trace.spans if s.kind == "TOOL" and (not node or s.node == node)]
+
+
+def _call_quote(span: SpanView) -> str:
+    return dump(maybe_json(span.input)) if span.input not in (None, "", {}, []) else ""
+
+
+def _check_regex(rubric: dict, trace: TraceView, config: dict, node: str) -> JudgeResult:
+    selector = _scoped(config["spans"], node)
+    if selector:
+        spans = [s for s in trace.spans if _matches(s, selector)]
+    else:
+        root = _root(trace)
+        spans = [root] if root else []
+    spans = [s for s in spans if _field_value(s, config["field"]) not in (None, [None, None])]
+    if not spans:
+        return _not_applicable(rubric, "no span with that content")
+    pattern = re.compile(config["pattern"], re.IGNORECASE if config["ignore_case"] else 0)
+    hits = []
+    for span in spans:
+        match = pattern.search(value_text(_field_value(span, config["field"])))
+        if match:
+            hits.append((span, match.group(0)))
+    if config["expect"] == "present":
+        if hits:
+            return _result(rubric, "pass", f"/{config['pattern']}/ found in {hits[0][0].name}.")
+        target = spans[-1]
+        issue = JudgeIssue(title=f"{rubric.get('name') or 'Rubric'}: expected text is missing",
+                           detail=f"No {config['field']} of the checked spans matches /{config['pattern']}/.",
+                           severity="medium", evidence=[Evidence(target.span_id, _opening(target, config["field"]))])
+        return _result(rubric, "fail", f"/{config['pattern']}/ not found.", [issue], target.span_id)
+    if not hits:
+        return _result(rubric, "pass", f"/{config['pattern']}/ appears nowhere it is forbidden.")
+    issues = [JudgeIssue(title=f"{rubric.get('name') or 'Rubric'}: forbidden text in {span.name}",
+                         detail=f"{span.name} matches /{config['pattern']}/.", severity="medium",
+                         evidence=[Evidence(span.span_id, _clip(text))]) for span, text in hits]
+    return _result(rubric, "fail", f"/{config['pattern']}/ found.", issues, hits[0][0].span_id)
+
+
+def _check_jsonpath(rubric: dict, trace: TraceView, config: dict, node: str) -> JudgeResult:
+    selector = _scoped(config["spans"], node)
+    if selector:
+        spans = [s for s in trace.spans if _matches(s, selector)]
+    else:
+        root = _root(trace)
+        spans = [root] if root else []
+    spans = [s for s in spans if _field_value(s, config["field"]) is not None]
+    if not spans:
+        return _not_applicable(rubric, "no span with that content")
+    failures = []
+    for span in spans:
+        values = jsonpath_values(config["path"], maybe_json(_field_value(span, config["field"])))
+        values = [maybe_json(v) for v in values]
+        check = config["assert"]
+        if check == "exists":
+            bad = [] if values else [None]
+        elif check == "absent":
+            bad = values
+        elif check == "equals":
+            bad = [v for v in values if v != config["value"]] if values else [None]
+        elif check == "in":
+            bad = [v for v in values if v not in config["value"]] if values else [None]
+        else:
+            bad = [v for v in values if not re.search(config["pattern"], v if isinstance(v, str) else dump(v))]
+            bad = bad if values else [None]
+        for value in bad:
+            quote = _opening(span, config["field"]) if value is None else _clip(
+                value if isinstance(value, str) else dump(value))
+            failures.append(JudgeIssue(
+                title=f"{rubric.get('name') or 'Rubric'}: {config['path']} {check} failed in {span.name}",
+                detail=("nothing matched " + config["path"]) if value is None else f"{config['path']} = {quote}",
+                severity="medium", evidence=[Evidence(span.span_id, quote)]))
+    if not failures:
+        return _result(rubric, "pass", f"{config['path']} {config['assert']} holds.")
+    return _result(rubric, "fail", f"{config['path']} {config['assert']} failed.", failures,
+                   failures[0].evidence[0].span_id)
+
+
+def _check_tool_order(rubric: dict, trace: TraceView, config: dict, node: str) -> JudgeResult:
+    calls = _tool_calls(trace, node)
+    first = [s for s in calls if s.tool_name in config["first"]]
+    names = " or ".join(config["first"])
+    if "then" not in config:
+        if first:
+            return _result(rubric, "pass", f"{names} is called.")
+        evidence = [Evidence(s.span_id, _call_quote(s)) for s in calls[:10]] or (
+            [Evidence(_root(trace).span_id, "")] if _root(trace) else [])
+        made = ", ".join(dict.fromkeys(s.tool_name for s in calls)) or "no tools"
+        issue = JudgeIssue(title=f"{names} is never called", detail=f"The trace called {made} instead.",
+                           severity="high", evidence=evidence)
+        return _result(rubric, "fail", f"{names} was required but never called.", [issue])
+    then = [s for s in calls if s.tool_name in config["then"]]
+    if not then:
+        return _not_applicable(rubric, f"{' or '.join(config['then'])} is not called")
+    later = then[0]
+    if first and first[0].start_time < later.start_time:
+        return _result(rubric, "pass", f"{names} is called before {later.tool_name}.")
+    issue = JudgeIssue(
+        title=f"{later.tool_name} is called before {names}",
+        detail=f"{names} must come first" + (", but it came later." if first else ", but it is never called."),
+        severity="high", evidence=[Evidence(later.span_id, _call_quote(later))]
+        + [Evidence(s.span_id, _call_quote(s)) for s in first[:1]])
+    return _result(rubric, "fail", f"{later.tool_name} before {names}.", [issue], later.span_id)
+
+
+def _check_tool_never(rubric: dict, trace: TraceView, config: dict, node: str) -> JudgeResult:
+    calls = [s for s in _tool_calls(trace, node) if s.tool_name in config["tool"]]
+    names = " or ".join(config["tool"])
+    if not calls:
+        return _result(rubric, "pass", f"{names} is never called.")
+    issue = JudgeIssue(title=f"{calls[0].tool_name} is called although it never should be",
+                       detail=f"{len(calls)} call(s) to {names}.", severity="high",
+                       evidence=[Evidence(s.span_id, _call_quote(s)) for s in calls])
+    return _result(rubric, "fail", f"{names} was called.", [issue], calls[0].span_id)
+
+
+def _check_coverage(rubric: dict, trace: TraceView, config: dict, node: str) -> JudgeResult:
+    targets = [s for s in trace.spans if _matches(s, _scoped(config["target"], node)) and s.output is not None]
+    if not targets:
+        return _not_applicable(rubric, "no target span")
+    target = targets[-1]
+    target_text = normalise(value_text(target.output))
+    sources = [s for s in trace.spans if _matches(s, config["sources"]) and s.start_time <= target.start_time
+               and s.span_id != target.span_id and s.output is not None]
+    issues, seen, checked = [], set(), 0
+    for source in sources:
+        document = maybe_json(source.output)
+        for path in config["path"]:
+            for value in jsonpath_values(path, document):
+                if not isinstance(value, str) or len(value.strip()) < config["min_length"]:
+                    continue
+                value = value.strip()
+                checked += 1
+                if normalise(value) in target_text or value in seen:
+                    continue
+                seen.add(value)
+                issues.append(JudgeIssue(
+                    title=f"{value} from {source.tool_name or source.name} is missing from {target.name}"
+                          + (f" ({target.node})" if target.node else ""),
+                    detail=f"{source.tool_name or source.name} returned {value} ({path}); the output of "
+                           f"{target.name} never mentions it.",
+                    severity="high", evidence=[Evidence(source.span_id, value)]))
+    if issues:
+        return _result(rubric, "fail", f"{len(issues)} value(s) dropped before {target.name}.", issues,
+                       target.span_id)
+    if not checked:
+        return _not_applicable(rubric, "no source values")
+    return _result(rubric, "pass", f"All {checked} source value(s) appear in {target.name}.")
+
+
+_CHECKS = {
+    "regex": _check_regex,
+    "jsonpath": _check_jsonpath,
+    "tool_order": _check_tool_order,
+    "tool_never": _check_tool_never,
+    "coverage": _check_coverage,
+}
+
+
+def rubric_applies(rubric: dict, trace: TraceView) -> bool:
+    when = (rubric.get("config") or {}).get("when") or {}
+    if when.get("goal_regex"):
+        return re.search(when["goal_regex"], plain_text(trace.goal), re.IGNORECASE) is not None
+    return True
+
+
+def rubric_check(rubric: dict, trace: TraceView) -> JudgeResult:
+    """Evaluate one deterministic rubric on a trace."""
+    kind = rubric["kind"]
+    if kind not in _CHECKS:
+        raise ValueError(f"{kind} rubrics are not evaluated as code")
+    if not rubric_applies(rubric, trace):
+        return _not_applicable(rubric, "the trace's goal does not match when.goal_regex")
+    return _CHECKS[kind](rubric, trace, rubric["config"], rubric.get("node") or "")

@@ -1,0 +1,445 @@
+"""Diagnosis runs: choose the traces, then fan out one task per trace with at most N in flight.
+
+Life of a run: `diagnosis_run_start` (traces chosen, rows written, start task enqueued on commit) →
+`diagnosis_run_begin` (claims queued → running, computes per-node baselines, dispatches) → `run_trace_process` per
+trace (claims the item, judges, writes Feedback get-or-create, marks done, dispatches the next) → the last item to
+finish marks the run succeeded. Cancellation and the budget stop the run; open items become "skipped". Every step
+is a conditional update, so redelivered tasks find nothing left to do.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable
+from datetime import datetime, timedelta
+
+from django.db import connection, transaction
+from django.db.models import Exists, F, OuterRef
+from django.utils import timezone
+
+from clear.projects.models import Project
+from diagnosis import conf
+from diagnosis.errors import DiagnosisRunFinishedError, DiagnosisRunInvalidError
+from diagnosis.judges.rules import node_stats_compute
+from diagnosis.models import DiagnosisRun, Rubric, RunTrace
+from diagnosis.services.judging import (
+    LLM_JUDGES,
+    RUBRICS_ALIAS,
+    RULE_JUDGES,
+    budget_exceeded,
+    feedback_write,
+    judge_plan_build,
+    run_totals_add,
+    trace_results,
+)
+from diagnosis.services.trace_view import trace_view_build
+from traces.models import Span, Trace
+
+logger = logging.getLogger(__name__)
+
+Status = DiagnosisRun.Status
+ItemStatus = RunTrace.Status
+_STATS_SPAN_LIMIT = 200_000
+_NEEDS_STATS = {"rule.latency_outlier", "rule.token_outlier"}
+
+
+def trace_sampled(*, trace_id: str, rate: float) -> bool:
+    """Deterministic sampling: the same traces are in the sample every time for a given rate."""
+    if rate >= 1:
+        return True
+    digest = hashlib.sha256(trace_id.lower().encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64 < rate
+
+
+def judges_resolve(*, judges: list[str] | None, model: str) -> list[str]:
+    """Expand aliases ("rules", "llm", "rubrics") and validate names; empty means the defaults: every rule judge,
+    every selected rubric, and the LLM judges when a model is configured."""
+    if not judges:
+        return [*RULE_JUDGES, RUBRICS_ALIAS, *(LLM_JUDGES if model else ())]
+    resolved: list[str] = []
+    for name in judges:
+        name = name.strip()
+        if name == "rules":
+            expanded = list(RULE_JUDGES)
+        elif name == "llm":
+            expanded = list(LLM_JUDGES)
+        elif name in RULE_JUDGES or name in LLM_JUDGES or name == RUBRICS_ALIAS:
+            expanded = [name]
+        elif name.startswith("rubric.") and name.split(".", 1)[1].isdigit():
+            expanded = [name]
+        else:
+            valid = ", ".join(["rules", "llm", RUBRICS_ALIAS, "rubric.<id>", *RULE_JUDGES, *LLM_JUDGES])
+            raise DiagnosisRunInvalidError(f"Unknown judge {name!r}; use any of: {valid}")
+        resolved += [n for n in expanded if n not in resolved]
+    if not model and any(n in LLM_JUDGES for n in resolved):
+        raise DiagnosisRunInvalidError(
+            "The LLM judges need a model: pass one (e.g. --model gpt-4o-mini) or set CLEAR_JUDGE_MODEL."
+        )
+    return resolved
+
+
+def _select_traces(*, project: Project, release: str, since: datetime | None, until: datetime | None,
+                   tags: list[str], outcome: str, node: str, trace_ids: list[str], sample_rate: float) -> list[int]:
+    traces = Trace.objects.filter(project=project)
+    if release:
+        traces = traces.filter(release=release)
+    if since:
+        traces = traces.filter(start_time__gte=since)
+    if until:
+        traces = traces.filter(start_time__lt=until)
+    if outcome:
+        traces = traces.filter(outcome=outcome)
+    if node:
+        traces = traces.filter(Exists(Span.objects.filter(trace=OuterRef("pk"), node=node)))
+    if trace_ids:
+        traces = traces.filter(trace_id__in=trace_ids)
+    if tags and connection.vendor == "postgresql":
+        traces = traces.filter(tags__contains=tags)
+    selected = []
+    for pk, trace_id, trace_tags in traces.order_by("start_time", "pk").values_list("pk", "trace_id", "tags"):
+        if tags and not set(tags) <= set(trace_tags or []):
+            continue
+        if trace_sampled(trace_id=trace_id, rate=sample_rate):
+            selected.append(pk)
+    return selected
+
+
+def _validate_filter(*, project: Project, since, until, outcome: str, sample_rate: float, budget_tokens,
+                     budget_cost, rubric_ids, trace_ids: list[str]) -> None:
+    if not 0 < sample_rate <= 1:
+        raise DiagnosisRunInvalidError(f"sample_rate must be in (0, 1]; got {sample_rate}")
+    if outcome and outcome not in Trace.Outcome.values:
+        raise DiagnosisRunInvalidError(f"outcome must be one of {', '.join(Trace.Outcome.values)}; got {outcome!r}")
+    if since and until and since >= until:
+        raise DiagnosisRunInvalidError("since must be before until")
+    for name, value in (("budget_tokens", budget_tokens), ("budget_cost", budget_cost)):
+        if value is not None and value < 0:
+            raise DiagnosisRunInvalidError(f"{name} cannot be negative")
+    if rubric_ids != "all":
+        if not isinstance(rubric_ids, (list, tuple)) or not all(isinstance(i, int) for i in rubric_ids):
+            raise DiagnosisRunInvalidError('rubric_ids must be "all" or a list of rubric ids')
+        known = set(Rubric.objects.filter(project=project, pk__in=rubric_ids).values_list("pk", flat=True))
+        missing = sorted(set(rubric_ids) - known)
+        if missing:
+            raise DiagnosisRunInvalidError(f"No rubric with id {missing} in this project")
+    if trace_ids:
+        known = set(Trace.objects.filter(project=project, trace_id__in=trace_ids).values_list("trace_id", flat=True))
+        missing = [t for t in trace_ids if t not in known]
+        if missing:
+            raise DiagnosisRunInvalidError(f"{len(missing)} trace id(s) not found in this project, e.g. {missing[:5]}",
+                                           extra={"missing": missing[:100]})
+
+
+def diagnosis_run_start(
+    *,
+    project: Project,
+    release: str = "",
+    since: datetime | None = None,
+    until: datetime | None = None,
+    tags: list[str] | None = None,
+    outcome: str = "",
+    node: str = "",
+    trace_ids: list[str] | None = None,
+    judges: list[str] | None = None,
+    model: str = "",
+    rubric_ids: list[int] | str = "all",
+    budget_tokens: int | None = None,
+    budget_cost: float | None = None,
+    sample_rate: float = 1.0,
+    created_by=None,
+    name: str = "",
+    config: dict | None = None,
+    enqueue: bool = True,
+) -> DiagnosisRun:
+    """Choose the traces, create the run and its items, and enqueue it after commit (`enqueue=False`: the caller
+    runs it in-process with diagnosis_run_execute)."""
+    trace_ids = [t.strip().lower() for t in trace_ids or [] if t.strip()]
+    tags = [t for t in tags or [] if t]
+    _validate_filter(project=project, since=since, until=until, outcome=outcome, sample_rate=sample_rate,
+                     budget_tokens=budget_tokens, budget_cost=budget_cost, rubric_ids=rubric_ids, trace_ids=trace_ids)
+    resolved_model = model or conf.judge_model()
+    resolved = judges_resolve(judges=judges, model=resolved_model)
+    uses_llm = any(n in LLM_JUDGES for n in resolved)
+    config = dict(config or {})
+    if not enqueue:
+        config["inline"] = True  # run by its caller: the sweep leaves it alone
+    llm_rubrics = Rubric.objects.filter(project=project, kind=Rubric.Kind.LLM, enabled=True)
+    if rubric_ids != "all":
+        llm_rubrics = llm_rubrics.filter(pk__in=list(rubric_ids))
+    if RUBRICS_ALIAS in resolved and not uses_llm and llm_rubrics.exists():
+        config.setdefault("warnings", []).append(
+            f"{llm_rubrics.count()} llm rubric(s) were not evaluated: they need the LLM judges and a model."
+        )
+    with transaction.atomic():
+        pks = _select_traces(project=project, release=release, since=since, until=until, tags=tags, outcome=outcome,
+                             node=node, trace_ids=trace_ids, sample_rate=sample_rate)
+        run = DiagnosisRun.objects.create(
+            project=project, name=name[:200], release=release, since=since, until=until, tags=tags, outcome=outcome,
+            node=node, trace_ids=trace_ids, sample_rate=sample_rate, judges=resolved,
+            model=resolved_model if uses_llm else model, rubric_ids=list(rubric_ids) if rubric_ids != "all" else "all",
+            budget_tokens=budget_tokens, budget_cost=budget_cost, config=config, created_by=created_by,
+            total_count=len(pks),
+        )
+        RunTrace.objects.bulk_create([RunTrace(run=run, trace_id=pk) for pk in pks], batch_size=2000)
+        if enqueue:
+            transaction.on_commit(lambda: _send_start(run.pk))
+    logger.info("diagnosis.run_created run=%s traces=%d judges=%s", run.pk, len(pks), ",".join(resolved))
+    return run
+
+
+def _send_start(run_id) -> None:
+    from diagnosis.tasks import start_diagnosis_run as start_diagnosis_run_task
+
+    try:
+        start_diagnosis_run_task.delay(str(run_id))
+    except Exception:  # noqa: BLE001 - the sweep re-sends runs left queued
+        logger.exception("diagnosis.enqueue_failed run=%s", run_id)
+
+
+def _send_items(item_ids: list[int]) -> None:
+    from diagnosis.tasks import judge_trace as judge_trace_task
+
+    for item_id in item_ids:
+        try:
+            judge_trace_task.delay(str(item_id))
+        except Exception:  # noqa: BLE001 - the sweep re-sends items whose message was lost
+            logger.exception("diagnosis.enqueue_failed item=%s", item_id)
+            return
+
+
+def tasks_run_inline() -> bool:
+    from clear.celery import app
+
+    return bool(app.conf.task_always_eager)
+
+
+def node_stats_build(*, run: DiagnosisRun) -> dict:
+    """Per-node medians and MADs of span duration and tokens over the run's traces (the outlier rules' baseline)."""
+    spans = Span.objects.filter(trace_id__in=RunTrace.objects.filter(run=run).values("trace_id"))
+    rows = spans.values_list("node", "kind", "tool_name", "start_time", "end_time", "input_tokens", "output_tokens")
+    return node_stats_from_rows(rows[:_STATS_SPAN_LIMIT].iterator(chunk_size=5000))
+
+
+def node_stats_from_rows(rows) -> dict:
+    def convert():
+        for node, kind, tool, start, end, tokens_in, tokens_out in rows:
+            duration = (end - start).total_seconds() * 1000 if end else None
+            tokens = None if tokens_in is None and tokens_out is None else (tokens_in or 0) + (tokens_out or 0)
+            yield node, kind, tool, duration, tokens
+
+    return node_stats_compute(convert())
+
+
+def diagnosis_run_begin(*, run_id, progress: Callable[[DiagnosisRun], None] | None = None) -> None:
+    """Claim a queued run and start its fan-out; in-process (no broker) when tasks run eagerly."""
+    claimed = DiagnosisRun.objects.filter(pk=run_id, status=Status.QUEUED).update(
+        status=Status.RUNNING, started_at=timezone.now()
+    )
+    run = DiagnosisRun.objects.filter(pk=run_id).first()
+    if run is None or run.status != Status.RUNNING:
+        return
+    if (claimed or not run.node_stats) and _NEEDS_STATS & set(run.judges):
+        run.node_stats = node_stats_build(run=run)
+        DiagnosisRun.objects.filter(pk=run.pk).update(node_stats=run.node_stats)
+    if claimed:
+        logger.info("diagnosis.run_started run=%s traces=%d", run.pk, run.total_count)
+    if progress is not None or tasks_run_inline():
+        run_items_execute(run_id=run.pk, progress=progress)
+    else:
+        diagnosis_run_dispatch(run_id=run.pk)
+    run_finish_if_complete(run_id=run.pk)
+
+
+def diagnosis_run_execute(*, run: DiagnosisRun,
+                          progress: Callable[[DiagnosisRun], None] | None = None) -> DiagnosisRun:
+    """Run a queued run to the end in this process, one trace after another (`manage.py diagnose --inline`)."""
+    diagnosis_run_begin(run_id=run.pk, progress=progress or (lambda _run: None))
+    run.refresh_from_db()
+    return run
+
+
+def run_items_execute(*, run_id, progress: Callable[[DiagnosisRun], None] | None) -> None:
+    while True:
+        item_id = (RunTrace.objects.filter(run_id=run_id, status=ItemStatus.PENDING).order_by("pk")
+                   .values_list("pk", flat=True).first())
+        if item_id is None:
+            return
+        RunTrace.objects.filter(pk=item_id, status=ItemStatus.PENDING).update(
+            status=ItemStatus.QUEUED, dispatched_at=timezone.now())
+        run_trace_process(item_id=item_id, dispatch_next=False)
+        run = DiagnosisRun.objects.get(pk=run_id)
+        if progress is not None:
+            progress(run)
+        if run.status != Status.RUNNING:
+            return
+
+
+def diagnosis_run_dispatch(*, run_id) -> int:
+    """Queue pending traces up to the concurrency cap; returns how many were sent."""
+    with transaction.atomic():
+        run = DiagnosisRun.objects.select_for_update().filter(pk=run_id).first()
+        if run is None or run.status != Status.RUNNING:
+            return 0
+        cap = max(1, int((run.config or {}).get("concurrency") or conf.judge_concurrency()))
+        in_flight = RunTrace.objects.filter(run=run, status__in=RunTrace.IN_FLIGHT).count()
+        free = cap - in_flight
+        if free <= 0:
+            return 0
+        ids = list(RunTrace.objects.filter(run=run, status=ItemStatus.PENDING).order_by("pk")
+                   .values_list("pk", flat=True)[:free])
+        if not ids:
+            return 0
+        RunTrace.objects.filter(pk__in=ids, status=ItemStatus.PENDING).update(
+            status=ItemStatus.QUEUED, dispatched_at=timezone.now())
+        transaction.on_commit(lambda: _send_items(ids))
+    return len(ids)
+
+
+def _items_skip(*, run_id, statuses) -> int:
+    skipped = RunTrace.objects.filter(run_id=run_id, status__in=statuses).update(
+        status=ItemStatus.SKIPPED, finished_at=timezone.now())
+    if skipped:
+        DiagnosisRun.objects.filter(pk=run_id).update(skipped_count=F("skipped_count") + skipped)
+    return skipped
+
+
+def _run_stop(*, run_id, status: str, message: str = "") -> bool:
+    """Move an active run to a final status and skip its traces not yet started; False if it had finished."""
+    with transaction.atomic():
+        stopped = DiagnosisRun.objects.filter(pk=run_id, status__in=DiagnosisRun.ACTIVE).update(
+            status=status, finished_at=timezone.now(), failure_message=message[:5000])
+        if stopped:
+            _items_skip(run_id=run_id, statuses=(ItemStatus.PENDING, ItemStatus.QUEUED))
+    if stopped:
+        logger.info("diagnosis.run_stopped run=%s status=%s", run_id, status)
+    return bool(stopped)
+
+
+def diagnosis_run_cancel(*, run: DiagnosisRun) -> DiagnosisRun:
+    """Stop a run: traces not started are skipped, running trace tasks notice and stop before writing."""
+    if not _run_stop(run_id=run.pk, status=Status.CANCELLED):
+        run.refresh_from_db()
+        raise DiagnosisRunFinishedError(f"Run {run.pk} has already finished ({run.status}); nothing to cancel")
+    run.refresh_from_db()
+    return run
+
+
+def diagnosis_run_fail(*, run_id, error: str) -> None:
+    _run_stop(run_id=run_id, status=Status.FAILED, message=error)
+
+
+def run_finish_if_complete(*, run_id) -> bool:
+    """Mark a non-continuous run succeeded once none of its traces is open."""
+    if RunTrace.objects.filter(run_id=run_id, status__in=RunTrace.OPEN).exists():
+        return False
+    finished = DiagnosisRun.objects.filter(pk=run_id, status=Status.RUNNING, continuous=False).update(
+        status=Status.SUCCEEDED, finished_at=timezone.now())
+    if finished:
+        logger.info("diagnosis.run_succeeded run=%s", run_id)
+    return bool(finished)
+
+
+def _item_skip(item_id: int, run_id) -> None:
+    with transaction.atomic():
+        skipped = RunTrace.objects.filter(pk=item_id, status__in=RunTrace.OPEN).update(
+            status=ItemStatus.SKIPPED, finished_at=timezone.now())
+        if skipped:
+            DiagnosisRun.objects.filter(pk=run_id).update(skipped_count=F("skipped_count") + 1)
+
+
+def run_trace_process(*, item_id: int, dispatch_next: bool = True) -> None:
+    """Judge one trace of a run. Safe to run twice (redelivery): Feedback is get-or-create on its unique key and
+    only the first completion counts towards progress and spend."""
+    claimed = RunTrace.objects.filter(pk=item_id, status__in=RunTrace.IN_FLIGHT).update(
+        status=ItemStatus.RUNNING, started_at=timezone.now(), attempts=F("attempts") + 1)
+    if not claimed:
+        return  # done or skipped already: a redelivered copy
+    item = RunTrace.objects.select_related("trace").get(pk=item_id)
+    run = DiagnosisRun.objects.get(pk=item.run_id)
+
+    def still_running() -> DiagnosisRun | None:
+        current = DiagnosisRun.objects.get(pk=run.pk)
+        if current.status != Status.RUNNING:
+            return None
+        if budget_exceeded(current):
+            _run_stop(run_id=run.pk, status=Status.BUDGET_EXHAUSTED)
+            return None
+        return current
+
+    if still_running() is None:
+        _item_skip(item_id, run.pk)
+        _after_item(run_id=run.pk, dispatch_next=dispatch_next)
+        return
+    plan = judge_plan_build(run=run)
+    trace_view = trace_view_build(trace=item.trace)
+    outcome = trace_results(run=run, trace=trace_view, plan=plan, still_running=still_running)
+    with transaction.atomic():
+        locked = DiagnosisRun.objects.select_for_update().get(pk=run.pk)
+        # Cancelled while judging: the user asked to stop, so nothing more is written. Out of budget meanwhile:
+        # these results are paid for already, so they are kept.
+        if outcome is None or locked.status in (Status.CANCELLED, Status.FAILED):
+            outcome = None
+        else:
+            totals = feedback_write(run=locked, trace_pk=item.trace_id, trace_id=item.trace.trace_id,
+                                    results=outcome.results, dropped=outcome.dropped, rubric_ids=plan.rubric_ids)
+            done = RunTrace.objects.filter(pk=item_id, status=ItemStatus.RUNNING).update(
+                status=ItemStatus.DONE, finished_at=timezone.now())
+            config = locked.config or {}
+            fake_tokens = int(config.get("fake_tokens_per_trace") or 0) if done else 0
+            fake_cost = float(config.get("fake_cost_per_trace") or 0) if done else 0.0
+            run_totals_add(run=locked, totals=totals, extra_tokens=fake_tokens, extra_cost=fake_cost)
+            if done:
+                DiagnosisRun.objects.filter(pk=run.pk).update(done_count=F("done_count") + 1)
+    if outcome is None:
+        _item_skip(item_id, run.pk)
+    elif outcome.budget_refused:
+        _run_stop(run_id=run.pk, status=Status.BUDGET_EXHAUSTED)
+    _after_item(run_id=run.pk, dispatch_next=dispatch_next)
+
+
+def _after_item(*, run_id, dispatch_next: bool) -> None:
+    if dispatch_next:
+        diagnosis_run_dispatch(run_id=run_id)
+    run_finish_if_complete(run_id=run_id)
+
+
+def diagnosis_runs_sweep(*, now: datetime | None = None) -> int:
+    """Re-send work whose message was lost (broker down at commit, purged queue); tasks are idempotent, so a
+    message that was only slow does no harm. Returns how many messages were sent."""
+    now = now or timezone.now()
+    stale = now - timedelta(seconds=conf.redispatch_seconds())
+    sent = 0
+    active = [run_id for run_id, config in DiagnosisRun.objects.filter(status__in=DiagnosisRun.ACTIVE)
+              .values_list("pk", "config") if not (config or {}).get("inline")]
+    for run_id in DiagnosisRun.objects.filter(pk__in=active, status=Status.QUEUED, created_at__lt=stale) \
+            .values_list("pk", flat=True):
+        _send_start(run_id)
+        sent += 1
+    items = list(RunTrace.objects.filter(run_id__in=active, run__status=Status.RUNNING,
+                                         status__in=RunTrace.IN_FLIGHT, dispatched_at__lt=stale)
+                 .values_list("pk", flat=True)[:1000])
+    if items:
+        RunTrace.objects.filter(pk__in=items).update(dispatched_at=now)
+        _send_items(items)
+        sent += len(items)
+    for run_id in DiagnosisRun.objects.filter(pk__in=active, status=Status.RUNNING).values_list("pk", flat=True):
+        diagnosis_run_dispatch(run_id=run_id)
+        run_finish_if_complete(run_id=run_id)
+    return sent
+
+
+__all__ = [
+    "diagnosis_run_begin",
+    "diagnosis_run_cancel",
+    "diagnosis_run_dispatch",
+    "diagnosis_run_execute",
+    "diagnosis_run_fail",
+    "diagnosis_run_start",
+    "diagnosis_runs_sweep",
+    "judges_resolve",
+    "node_stats_build",
+    "run_finish_if_complete",
+    "run_trace_process",
+    "trace_sampled",
+]
