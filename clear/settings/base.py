@@ -199,6 +199,11 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE: dict = {
     # Hands pending outbox rows to the workers (they stay pending while the broker is down).
     "traces-outbox-sweep": {"task": "traces.outbox_sweep", "schedule": env_float("CLEAR_OUTBOX_SWEEP_SECONDS", 5.0)},
+    # Judges traces once they are complete (root ended, quiet for CLEAR_TRACE_QUIET_SECONDS) and re-sends lost
+    # diagnosis messages; see diagnosis/services/continuous.py.
+    "diagnosis-continuous": {
+        "task": "diagnosis.continuous_tick", "schedule": env_float("CLEAR_CONTINUOUS_SECONDS", 15.0),
+    },
 }
 
 # Clear's own settings.
