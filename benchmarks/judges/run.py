@@ -34,7 +34,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from diagnosis.judges.llm import LlmJudgeConfig, client, judge_trace_with_llm  # noqa: E402
 from diagnosis.judges.llm.render import estimate_tokens  # noqa: E402
-from tests.diagnosis.llm.helpers import conversation_trace, judge_reply, support_desk_traces  # noqa: E402
+from tests.diagnosis.llm.helpers import conversation_trace, judge_of, judge_reply, support_desk_traces  # noqa: E402
 from tests.support.fake_llm import FakeLLMServer  # noqa: E402
 
 RUBRICS = [{"id": "answer", "name": "Answers every request", "text": "The final answer addresses every request."}]
@@ -60,19 +60,24 @@ def _judge_all(server: FakeLLMServer, traces, config: LlmJudgeConfig, concurrenc
     return results, elapsed, requests
 
 
-def _row(name: str, traces, results, elapsed: float, requests) -> dict:
+def _row(name: str, traces, results, elapsed: float, requests, latency: float, concurrency: int) -> dict:
     steps = [r for per_trace in results for r in per_trace if r.judge == "llm.step"]
     bad = [r for per_trace in results for r in per_trace if r.status not in ("ok",)]
     llm_steps = [sum(1 for s in t.spans if s.kind == "LLM") for t in traces]
     calls = len(requests)
+    step_calls = sum(1 for r in requests if judge_of(r) == "llm.step")
+    clear_calls = sum(2 * r + 3 for r in llm_steps), sum(3 * r + 4 for r in llm_steps)
     prompt_tokens = sum(estimate_tokens("".join(m["content"] for m in r["messages"])) for r in requests)
     clear_step_tokens = sum(estimate_tokens(str(s.input)) + estimate_tokens(str(s.output))
                             for t in traces for s in t.spans if s.kind == "LLM")
     return {
         "name": name, "traces": len(traces), "judged": len(steps), "llm": sum(llm_steps), "calls": calls,
         "calls_per_trace": calls / len(traces), "calls_per_step": calls / max(1, len(steps)),
-        "clear_low": sum(2 * r + 3 for r in llm_steps) / len(traces),
-        "clear_high": sum(3 * r + 4 for r in llm_steps) / len(traces),
+        "step_calls": step_calls / len(traces), "trace_calls": (calls - step_calls) / len(traces),
+        "clear_low": clear_calls[0] / len(traces), "clear_high": clear_calls[1] / len(traces),
+        # CLEAR at the same latency and concurrency, ideal parallelism, counting only the LLM spans it judges
+        "clear_spans_per_s": (sum(llm_steps) * concurrency / (clear_calls[1] * latency),
+                              sum(llm_steps) * concurrency / (clear_calls[0] * latency)),
         "tokens_per_trace": prompt_tokens / len(traces), "clear_step_tokens": clear_step_tokens / len(traces),
         "wall": elapsed, "spans_per_s": len(steps) / elapsed if elapsed else float("inf"), "not_ok": len(bad),
     }
@@ -81,14 +86,17 @@ def _row(name: str, traces, results, elapsed: float, requests) -> dict:
 def _print(rows: list[dict], latency: float, concurrency: int) -> None:
     print(f"\nFake LLM latency {latency * 1000:.0f} ms per call, {concurrency} traces judged concurrently, "
           "default configuration (step + trace judges, 1 rubric, 12k-token windows)\n")
-    header = ("dataset", "traces", "judged spans", "LLM spans", "calls/trace", "calls/judged span",
-              "CLEAR calls/trace", "our prompt tok/trace", "CLEAR step data tok/trace", "wall s", "judged spans/s")
+    header = ("dataset", "traces", "judged spans", "LLM spans", "calls/trace (step+trace)", "calls/judged span",
+              "CLEAR calls/trace", "our prompt tok/trace", "CLEAR step data tok/trace", "wall s", "judged spans/s",
+              "CLEAR est. LLM spans/s")
     lines = [header]
     for r in rows:
-        lines.append((r["name"], str(r["traces"]), str(r["judged"]), str(r["llm"]), f"{r['calls_per_trace']:.2f}",
+        clear_rate = "–".join(f"{x:.1f}" for x in r["clear_spans_per_s"])
+        lines.append((r["name"], str(r["traces"]), str(r["judged"]), str(r["llm"]),
+                      f"{r['calls_per_trace']:.2f} ({r['step_calls']:.2f}+{r['trace_calls']:.2f})",
                       f"{r['calls_per_step']:.3f}", f"{r['clear_low']:.0f}–{r['clear_high']:.0f}",
                       f"{r['tokens_per_trace']:,.0f}", f"{r['clear_step_tokens']:,.0f}", f"{r['wall']:.2f}",
-                      f"{r['spans_per_s']:.1f}"))
+                      f"{r['spans_per_s']:.1f}", clear_rate))
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     for n, line in enumerate(lines):
         print(" | ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(line, widths))))
@@ -117,13 +125,14 @@ def main(argv: list[str] | None = None) -> None:
         for name, traces in ((f"support desk (22 tasks, seed {args.seed})", desk),
                              (f"long synthetic ({args.long_turns} turns)", long_trace)):
             results, elapsed, requests = _judge_all(server, traces, config, args.concurrency)
-            rows.append(_row(name, traces, results, elapsed, requests))
+            rows.append(_row(name, traces, results, elapsed, requests, args.latency, args.concurrency))
         store: dict[str, dict] = {}
         cached = LlmJudgeConfig(model=args.model, api_base=server.api_base, api_key="bench",
                                 cache_get=store.get, cache_put=store.__setitem__)
         _judge_all(server, desk, cached, args.concurrency)
         results, elapsed, requests = _judge_all(server, desk, cached, args.concurrency)
-        rows.append(_row("support desk, identical re-run (cache)", desk, results, elapsed, requests))
+        rows.append(_row("support desk, identical re-run (cache)", desk, results, elapsed, requests,
+                         args.latency, args.concurrency))
         _print(rows, args.latency, args.concurrency)
         desk_calls = rows[0]["calls_per_trace"]
         print(f"\nper support-desk trace: {statistics.mean(len(t.spans) for t in desk):.1f} spans; "

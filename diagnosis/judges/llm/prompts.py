@@ -162,6 +162,13 @@ def encode_data(payload: Any) -> str:
     return _DELIMITER.sub(r"\\u003c", text)
 
 
+def quote_ids(ids: list[str], limit: int = 20) -> str:
+    """Ids named in a repair request: JSON strings, capped and delimiter-escaped (Langfuse ids are free text)."""
+    shown = [value if len(value) <= 64 else value[:64] + "…" for value in ids[:limit]]
+    more = f" and {len(ids) - limit} more" if len(ids) > limit else ""
+    return encode_data(shown) + more
+
+
 def user_message(judge: str, payload: Any) -> str:
     return f"{_PREFACES[judge]}\n{DATA_OPEN}\n{encode_data(payload)}\n{DATA_CLOSE}"
 

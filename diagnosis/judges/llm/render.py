@@ -2,8 +2,8 @@
 
 * Conversation history is never re-sent: an LLM span whose input messages start with the previous LLM call of the
   same node (its input followed by its output) shows only the new messages, behind an {"omitted": ...} marker naming
-  the span that shows the rest. System messages are kept once per data block so the judge still sees the
-  instructions. Identical stack traces inside one block are shown once.
+  the span that shows the rest. The instructions (system messages and the first user message) are kept once per
+  data block so the judge still sees the task. Identical stack traces inside one block are shown once.
 * Only a span that alone exceeds the window is cut (middle-out, with a visible "[clear: N characters cut ...]"
   marker) and reported as truncated; nothing else is ever dropped.
 * Tokens are estimated as characters / 3.5 (JSON-heavy text is denser than prose; conservative for windows).
@@ -48,10 +48,27 @@ def _message_key(message: dict) -> str:
     return _canonical({k: v for k, v in message.items() if k not in ("finish_reason", "index")})
 
 
+def _text_of(value: Any) -> str:
+    """The readable text of a value: message contents and tool calls rather than their JSON envelope."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return " ".join(filter(None, (_text_of(item) for item in value)))
+    if isinstance(value, dict):
+        if isinstance(value.get("content"), str):
+            return value["content"]
+        if "parts" in value or "tool_calls" in value:
+            return _text_of(value.get("parts")) + _text_of(value.get("tool_calls"))
+        if "name" in value and "arguments" in value:
+            return f"{value['name']}({_canonical(value['arguments'])})"
+    return _canonical(value)
+
+
 def brief(value: Any, limit: int = BRIEF_CHARS) -> str:
     """A one-line gist of a value for context summaries (deliberately short: context, not evidence)."""
-    text = value if isinstance(value, str) else _canonical(value) if value is not None else ""
-    text = " ".join(text.split())
+    text = " ".join(_text_of(value).split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
@@ -89,37 +106,46 @@ class TraceIndex:
 class BlockState:
     """What one data block already shows (so it is not repeated inside the block)."""
 
-    system_messages: set[str] = field(default_factory=set)
+    instructions: set[str] = field(default_factory=set)  # system / first user messages already shown
     stacktraces: dict[str, str] = field(default_factory=dict)  # sha1 -> span id showing it
+
+
+def _instruction_count(messages: list[dict]) -> int:
+    """How many leading messages set the task: the system message(s) and the first user message."""
+    for position, message in enumerate(messages):
+        if message.get("role") == "user":
+            return position + 1
+        if message.get("role") not in ("system", "developer"):
+            return position
+    return len(messages)
 
 
 def _render_input(span: SpanView, index: TraceIndex, state: BlockState) -> Any:
     messages = _messages(span.input)
-    previous = index.previous_llm.get(span.span_id)
-    if messages is None or previous is None:
+    if messages is None:
         return span.input
-    prefix = list(_messages(previous.input) or []) + list(_messages(previous.output) or [])
+    instructions = _instruction_count(messages)
+    previous = index.previous_llm.get(span.span_id)
+    prefix = list(_messages(previous.input) or []) + list(_messages(previous.output) or []) if previous else []
     shared = 0
     for old, new in zip(prefix, messages):
         if _message_key(old) != _message_key(new):
             break
         shared += 1
-    if shared == 0:
-        return span.input
     rendered: list[Any] = []
     omitted = 0
-    for message in messages[:shared]:
+    for position, message in enumerate(messages[:shared]):
         key = _message_key(message)
-        if message.get("role") == "system" and key not in state.system_messages:
-            state.system_messages.add(key)
-            rendered.append(message)
+        if position < instructions and key not in state.instructions:
+            rendered.append(message)  # the task stays visible once per data block
         else:
             omitted += 1
     if omitted:
         rendered.append({"omitted": f"{omitted} earlier message(s), shown as the input/output of span "
                                     f"{previous.span_id}"})
     rendered.extend(messages[shared:])
-    return rendered
+    state.instructions.update(_message_key(m) for m in messages[:instructions])
+    return span.input if not omitted else rendered
 
 
 def _render_exceptions(span: SpanView, state: BlockState) -> list[dict]:

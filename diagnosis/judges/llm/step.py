@@ -19,7 +19,7 @@ from diagnosis.judges.contract import JudgeResult, TraceView
 
 from .client import BudgetGate, CallOutcome, call_json, price_per_token
 from .config import LlmJudgeConfig
-from .prompts import PROMPT_VERSIONS, STEP_JUDGE, SYSTEM_PROMPTS, messages_for, user_message
+from .prompts import PROMPT_VERSIONS, STEP_JUDGE, SYSTEM_PROMPTS, messages_for, quote_ids, user_message
 from .render import JUDGED_KINDS, Block, TraceIndex, cut_to_fit, estimate_tokens, pack, render_span
 from .results import EvidenceFilter, call_details, failed, split_evenly
 from .schema import STEP_SCHEMA
@@ -41,10 +41,10 @@ def _coverage_check(expected: list[str]):
         missing = [sid for sid in expected if sid not in seen]
         problems = []
         if missing:
-            problems.append(f"$.steps: no verdict for span_id(s) {', '.join(missing[:20])}; give one per step")
+            problems.append(f"$.steps: no verdict for span_id(s) {quote_ids(missing)}; give one per step")
         duplicates = sorted({sid for sid in seen if seen.count(sid) > 1})
         if duplicates:
-            problems.append(f"$.steps: more than one verdict for span_id(s) {', '.join(duplicates[:20])}")
+            problems.append(f"$.steps: more than one verdict for span_id(s) {quote_ids(duplicates)}")
         return problems
 
     return check

@@ -16,7 +16,7 @@ from diagnosis.judges.contract import JudgeIssue, JudgeResult, TraceView
 from .client import BudgetGate, CallOutcome, call_json
 from .config import LlmJudgeConfig
 from .prompts import (PROMPT_VERSIONS, RUBRIC_GEN_JUDGE, SYSTEM_PROMPTS, TRACE_JUDGE, WINDOW_JUDGE, messages_for,
-                      user_message)
+                      quote_ids, user_message)
 from .render import Block, TraceIndex, cut_middle, cut_to_fit, estimate_tokens, pack, render_span
 from .results import EvidenceFilter, call_details, failed, skipped
 from .schema import RUBRIC_GEN_SCHEMA, TRACE_SCHEMA, WINDOW_SCHEMA
@@ -60,7 +60,7 @@ def _trace_check(rubric_ids: list[str], span_ids: set[str], recorded_outcome: st
         seen = [str(r.get("id")) for r in output["rubrics"]]
         missing = [rid for rid in rubric_ids if rid not in seen]
         if missing:
-            problems.append(f"$.rubrics: no entry for rubric id(s) {', '.join(missing[:20])}")
+            problems.append(f"$.rubrics: no entry for rubric id(s) {quote_ids(missing)}")
         needs_cause = recorded_outcome == "failure" or output["outcome_assessment"] == "failure"
         cause = output["root_cause"]
         if needs_cause and cause is None:

@@ -83,7 +83,7 @@ def test_repaired_output_is_used(fake_llm):
     results = judge_trace_with_llm(trace=linear_trace(2), rubrics=[], config=config(fake_llm, trace_judge=False))
 
     assert fake_llm.call_count == 2
-    assert "no verdict for span_id(s) root, s000, s001" in fake_llm.requests[1]["messages"][-1]["content"]
+    assert 'no verdict for span_id(s) ["root","s000","s001"]' in fake_llm.requests[1]["messages"][-1]["content"]
     assert [r.status for r in results] == ["ok", "ok", "ok"]
     assert all(r.details["repaired"] for r in results)
 
