@@ -38,6 +38,7 @@ _ERROR_LINE = re.compile(
     r"(?:traceback \(most recent call last\)|[\w.]*(?:error|exception)[ \t]*:|fatal[ \t]*:)[^\n]*",
     re.IGNORECASE | re.MULTILINE,
 )
+_EXIT_KEYS = ("exit_code", "exitcode", "exitCode", "returncode", "return_code", "exit_status")
 _TRUNCATION_REASONS = {"length", "max_tokens", "max_output_tokens"}
 
 
@@ -69,6 +70,12 @@ def exit_code_of(span: SpanView) -> tuple[int, str] | None:
     """The first exit code a tool span reports, with the text that says so."""
     if span.kind != "TOOL":
         return None
+    output = maybe_json(span.output)
+    if isinstance(output, dict):
+        for key in _EXIT_KEYS:
+            value = output.get(key)
+            if isinstance(value, int) and not isinstance(value, bool):
+                return value, f'"{key}": {value}'
     for text in (plain_text(span.output), span.status_message):
         match = _EXIT_CODE.search(text or "")
         if match:

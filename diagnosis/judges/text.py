@@ -35,6 +35,7 @@ def _leaves(value: Any, out: list[str], depth: int = 0) -> None:
         parsed = maybe_json(value)
         if parsed is not value:
             _leaves(parsed, out, depth + 1)
+            out.append(dump(parsed))
     elif isinstance(value, dict):
         for key, child in value.items():
             out.append(str(key))

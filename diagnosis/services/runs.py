@@ -265,9 +265,10 @@ def run_items_execute(*, run_id, progress: Callable[[DiagnosisRun], None] | None
                    .values_list("pk", flat=True).first())
         if item_id is None:
             return
-        RunTrace.objects.filter(pk=item_id, status=ItemStatus.PENDING).update(
+        taken = RunTrace.objects.filter(pk=item_id, status=ItemStatus.PENDING).update(
             status=ItemStatus.QUEUED, dispatched_at=timezone.now())
-        run_trace_process(item_id=item_id, dispatch_next=False)
+        if taken:  # another process may have taken it first
+            run_trace_process(item_id=item_id, dispatch_next=False)
         run = DiagnosisRun.objects.get(pk=run_id)
         if progress is not None:
             progress(run)

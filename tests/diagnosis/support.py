@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from diagnosis.judges.contract import SpanView, TraceView
 from traces.models import Trace
 from traces.normalize import decode_export_request
 from traces.services import spans_ingest, trace_finalize
@@ -49,3 +51,20 @@ def whowhen_ingest(*, project, shared_dir: Path) -> dict[str, str]:
 def whowhen_spans(path: Path) -> list[dict]:
     document = json.loads(path.read_text())
     return [span for rs in document["resourceSpans"] for ss in rs["scopeSpans"] for span in ss["spans"]]
+
+
+T0 = datetime(2025, 3, 1, 12, 0, tzinfo=timezone.utc)
+
+
+def span(span_id: str, *, parent: str = "root", kind: str = "LLM", node: str = "agent", at: float = 0.0,
+         duration: float = 0.5, name: str = "", **fields) -> SpanView:
+    return SpanView(span_id=span_id, parent_span_id=parent, name=name or f"{kind.lower()} {span_id}", kind=kind,
+                    node=node, start_time=T0 + timedelta(seconds=at),
+                    end_time=T0 + timedelta(seconds=at + duration), **fields)
+
+
+def view(*spans: SpanView, goal="Help the customer.", synthetic: bool = False) -> TraceView:
+    root = SpanView(span_id="root", parent_span_id="", name="invoke_agent desk", kind="AGENT", node="desk",
+                    start_time=T0 - timedelta(seconds=1), end_time=T0 + timedelta(seconds=60), input=goal,
+                    output="Done.")
+    return TraceView(trace_id="t1", spans=[root, *spans], goal=goal, final_output="Done.", synthetic_timing=synthetic)
