@@ -27,7 +27,7 @@ from .client import BUDGET_EXHAUSTED, BudgetGate, cache_key, price_per_token
 from .config import Budget, LlmJudgeConfig
 from .prompts import PROMPT_VERSIONS, RUBRIC_GEN_JUDGE, STEP_JUDGE, SYSTEM_PROMPTS, TRACE_JUDGE, WINDOW_JUDGE
 from .render import TraceIndex
-from .step import run_step_judges
+from .step import judged_steps, run_step_judges
 from .trace import run_trace_judge
 
 __all__ = [
@@ -49,15 +49,30 @@ __all__ = [
 def judge_trace_with_llm(*, trace: TraceView, rubrics: list[dict], config: LlmJudgeConfig) -> list[JudgeResult]:
     index = TraceIndex.build(trace)
     gate = BudgetGate(config.budget)
+    rubrics = list(rubrics or [])
     results: list[JudgeResult] = []
     if config.trace_judge:
-        results += run_trace_judge(trace, index, list(rubrics or []), config, gate)
+        try:
+            results += run_trace_judge(trace, index, rubrics, config, gate)
+        except Exception as error:  # noqa: BLE001 - a judge bug must not take the diagnosis run down
+            results += [_crashed(TRACE_JUDGE, None, error, config)] + [
+                _crashed(f"rubric.{r.get('id')}", None, error, config) for r in rubrics]
     else:
-        for rubric in rubrics or []:
+        for rubric in rubrics:
             results.append(JudgeResult(
                 judge=f"rubric.{rubric.get('id')}", target_span_id=None, status="skipped", model=config.model,
                 prompt_version=PROMPT_VERSIONS[TRACE_JUDGE], error="rubrics are evaluated by the trace judge, "
                 "which is disabled", details={"rubric": dict(rubric)}))
     if config.step_judges:
-        results += run_step_judges(trace, index, config, gate)
+        try:
+            results += run_step_judges(trace, index, config, gate)
+        except Exception as error:  # noqa: BLE001
+            results += [_crashed(STEP_JUDGE, s.span_id, error, config)
+                        for s in judged_steps(trace, index, trace_judge=config.trace_judge)]
     return results
+
+
+def _crashed(judge: str, target: str | None, error: Exception, config: LlmJudgeConfig) -> JudgeResult:
+    version = PROMPT_VERSIONS[STEP_JUDGE if judge == STEP_JUDGE else TRACE_JUDGE]
+    return JudgeResult(judge=judge, target_span_id=target, status="error", model=config.model,
+                       prompt_version=version, error=f"judge crashed: {type(error).__name__}: {str(error)[:300]}")

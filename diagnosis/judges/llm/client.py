@@ -187,7 +187,11 @@ def call_json(*, judge: str, messages: list[dict], schema: dict, config: LlmJudg
               check: Check | None = None, output_estimate: int = 1000) -> CallOutcome:
     outcome = CallOutcome(cache_key=cache_key(judge, config.model, messages))
     if config.cache_get is not None:
-        hit = config.cache_get(outcome.cache_key)
+        try:
+            hit = config.cache_get(outcome.cache_key)
+        except Exception as error:  # noqa: BLE001 - a broken cache is a miss, not a failed judge
+            hit = None
+            outcome.notes.append(f"cache read failed: {type(error).__name__}")
         if isinstance(hit, dict) and isinstance(hit.get("output"), dict):
             problems, schema_ok = _problems(hit["output"], "", schema, check)
             if schema_ok and not problems:
@@ -252,7 +256,10 @@ def _charge(outcome: CallOutcome, gate: BudgetGate, config: LlmJudgeConfig, toke
 def _store(config: LlmJudgeConfig, outcome: CallOutcome) -> None:
     if config.cache_put is None or outcome.output is None:
         return
-    config.cache_put(outcome.cache_key, {
-        "output": outcome.output, "input_tokens": outcome.input_tokens, "output_tokens": outcome.output_tokens,
-        "cost": outcome.cost, "model": config.model, "repaired": outcome.repaired,
-    })
+    try:
+        config.cache_put(outcome.cache_key, {
+            "output": outcome.output, "input_tokens": outcome.input_tokens, "output_tokens": outcome.output_tokens,
+            "cost": outcome.cost, "model": config.model, "repaired": outcome.repaired,
+        })
+    except Exception as error:  # noqa: BLE001 - the verdict stands even if it could not be cached
+        outcome.notes.append(f"cache write failed: {type(error).__name__}")

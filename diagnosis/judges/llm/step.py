@@ -100,7 +100,8 @@ def _block_results(block: Block, number: int, count: int, outcome: CallOutcome, 
             details["verdicts_for_unknown_steps"] = unknown
         item = verdicts.get(sid)
         if item is None:
-            result = JudgeResult(judge=STEP_JUDGE, target_span_id=sid, status="error", score=None,
+            result = JudgeResult(judge=STEP_JUDGE, target_span_id=sid, score=None,
+                                 status="skipped" if outcome.status == "skipped" else "error",
                                  error=outcome.error or "the judge returned no verdict for this step")
         else:
             truncated = sid in block.truncated or goal_cut

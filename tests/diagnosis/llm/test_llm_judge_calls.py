@@ -158,3 +158,23 @@ def test_call_count_for_a_30_step_trace_in_the_default_configuration(fake_llm):
     assert len(steps) == 30 and all(r.status == "ok" for r in results)
     assert fake_llm.call_count <= 1.2 * len(steps) + 2
     assert fake_llm.call_count == 3  # 2 batched step calls (16 steps max each) + 1 trace call
+
+
+def test_a_broken_cache_is_a_miss_and_a_judge_crash_is_an_error_result(fake_llm, monkeypatch):
+    fake_llm.script(default=judge_reply)
+
+    def broken(*args, **kwargs):
+        raise ConnectionError("cache down")
+
+    results = judge_trace_with_llm(trace=linear_trace(2), rubrics=[],
+                                   config=config(fake_llm, cache_get=broken, cache_put=broken))
+    assert {r.status for r in results} == {"ok"}
+    assert "cache read failed: ConnectionError" in results[0].details["notes"]
+
+    from diagnosis.judges.llm import step
+
+    monkeypatch.setattr(step, "pack", broken)
+    results = judge_trace_with_llm(trace=linear_trace(2), rubrics=[], config=config(fake_llm))
+    steps = [r for r in results if r.judge == "llm.step"]
+    assert len(steps) == 2 and all(r.status == "error" and r.score is None for r in steps)
+    assert "judge crashed: ConnectionError" in steps[0].error
