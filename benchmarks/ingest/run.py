@@ -369,6 +369,7 @@ def main(argv: list[str] | None = None) -> dict:
             base = _span_count(conn)
             conn.commit()
             _log(f"sending {body_count} batches ({body_mb:.1f} MB) from {args.clients} clients")
+            load_before = os.getloadavg()[0]
             cpu_before = _cpu(server.process.pid)
             start = time.perf_counter()
             latencies, retries = _send_all(
@@ -404,6 +405,10 @@ def main(argv: list[str] | None = None) -> dict:
             "batch_p99_ms": round(_percentile(latencies, 0.99) * 1000, 1),
             "retries": retries,
             "cpu_seconds": {k: round(v, 2) for k, v in cpu.items()},
+            # Other work on the machine skews everything: the 1-minute load average before the run, and the CPU
+            # seconds available to the run that the server, postgres and the clients did not use.
+            "load_before": round(load_before, 2),
+            "cpu_other_or_idle_s": round((os.cpu_count() or 1) * elapsed - sum(cpu.values()), 2),
         }
         if not args.skip_baseline:
             _log("baseline: binary COPY of the same rows")
@@ -434,7 +439,8 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"end-to-end        {result['spans_per_s']:>8} spans/s  ({result['seconds']} s, {retries} retries)")
     print("cpu seconds       " + ", ".join(f"{k} {v}" for k, v in result["cpu_seconds"].items())
           + f"  (per 1000 spans: server {1000 * cpu['server'] / result['spans']:.2f} s, "
-          f"postgres {1000 * cpu['postgres'] / result['spans']:.2f} s)")
+          f"postgres {1000 * cpu['postgres'] / result['spans']:.2f} s); load before {result['load_before']}, "
+          f"{result['cpu_other_or_idle_s']} CPU s idle or used by other processes")
     print(f"batch latency     p50 {result['batch_p50_ms']} ms   p99 {result['batch_p99_ms']} ms")
     if "copy_rows_per_s" in result:
         print(f"baseline COPY     {result['copy_rows_per_s']:>8} rows/s   (best of {result['copy_runs_seconds']} s)")
