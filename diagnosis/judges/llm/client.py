@@ -21,7 +21,7 @@ import re
 import time
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
-from typing import Any, Callable
+from typing import Callable
 
 from .config import LlmJudgeConfig
 from .prompts import PROMPT_VERSIONS, REPAIR_TEMPLATE

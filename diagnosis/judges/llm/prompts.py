@@ -174,4 +174,5 @@ def user_message(judge: str, payload: Any) -> str:
 
 
 def messages_for(judge: str, payload: Any) -> list[dict]:
-    return [{"role": "system", "content": SYSTEM_PROMPTS[judge]}, {"role": "user", "content": user_message(judge, payload)}]
+    return [{"role": "system", "content": SYSTEM_PROMPTS[judge]},
+            {"role": "user", "content": user_message(judge, payload)}]

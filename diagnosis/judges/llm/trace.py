@@ -38,7 +38,8 @@ def _rubric_items(rubrics: list[dict]) -> list[dict]:
     return items
 
 
-def generate_rubrics(trace: TraceView, config: LlmJudgeConfig, gate: BudgetGate) -> tuple[list[dict], list[JudgeResult]]:
+def generate_rubrics(trace: TraceView, config: LlmJudgeConfig,
+                     gate: BudgetGate) -> tuple[list[dict], list[JudgeResult]]:
     """(generated rubric items, results to report only when generation failed or was skipped)."""
     version = PROMPT_VERSIONS[RUBRIC_GEN_JUDGE]
     if trace.goal in (None, "", [], {}):

@@ -29,7 +29,8 @@ def linear_trace(n_steps: int, *, text_chars: int = 200, trace_id: str = "t-line
     spans = [span("root", name="invoke_agent desk", kind="AGENT", node="desk", input=goal, output="Done.")]
     for i in range(n_steps):
         kind = "LLM" if i % 2 == 0 else "TOOL"
-        fields = {"input": f"step {i} input: " + filler[: text_chars // 2], "output": f"step {i}: " + filler[:text_chars]}
+        fields = {"input": f"step {i} input: " + filler[: text_chars // 2],
+                  "output": f"step {i}: " + filler[:text_chars]}
         if kind == "TOOL":
             fields["tool_name"] = "invoice_lookup"
         else:

@@ -24,7 +24,8 @@ def waits(monkeypatch):
 
 
 def trace_only(fake_llm, **overrides):
-    return judge_trace_with_llm(trace=linear_trace(2), rubrics=[], config=config(fake_llm, step_judges=False, **overrides))
+    return judge_trace_with_llm(trace=linear_trace(2), rubrics=[],
+                                config=config(fake_llm, step_judges=False, **overrides))
 
 
 def test_429_is_retried_honouring_retry_after(fake_llm, waits):
@@ -101,7 +102,8 @@ def test_budget_stops_the_calls_with_skipped_results(fake_llm):
     fake_llm.script(default=judge_reply)
     budget = TokenBudget(7000)
     trace = linear_trace(20)  # the trace call asks for ≈ 5k tokens; the step call then no longer fits
-    results = judge_trace_with_llm(trace=trace, rubrics=[{"id": "r", "text": "t"}], config=config(fake_llm, budget=budget))
+    results = judge_trace_with_llm(trace=trace, rubrics=[{"id": "r", "text": "t"}],
+                                   config=config(fake_llm, budget=budget))
 
     assert fake_llm.call_count == 1
     assert [judge_of(r) for r in fake_llm.requests] == ["llm.trace"]
