@@ -28,16 +28,18 @@ class Analysis:
     names: dict[str, ClusterName]  # cluster id -> name, both levels
     fingerprints: dict[str, str]  # cluster id -> identity fingerprint
     vectors: np.ndarray  # one row per input statement
-    n_embedded: int  # distinct normalised texts sent to the embedder
+    n_embedded: int  # distinct canonical texts sent to the embedder (cached ones included)
 
 
 def embed_statements(statements: Sequence[Statement], embedder: Embedder) -> tuple[np.ndarray, int]:
-    """One vector per statement, computing one per distinct normalised text (the `canonical_text` of its
-    first occurrence is embedded); returns (vectors, number of distinct texts embedded)."""
+    """One vector per statement. Statements with the same `normalize_text` key share a vector, computed from
+    the `canonical_text` of the key's first statement; the embedder computes each distinct canonical text
+    once (and not at all when cached). Returns (vectors, number of distinct canonical texts)."""
     texts = [s.text for s in statements]
     first, inverse, _ = exact_groups(texts)
-    unique = embedder.embed([canonical_text(texts[i]) for i in first])
-    return unique[inverse], len(first)
+    canonical = [canonical_text(texts[i]) for i in first]
+    unique = embedder.embed(canonical)
+    return unique[inverse], len(set(canonical))
 
 
 def analyse(

@@ -180,10 +180,44 @@ def normalize_text(text: str) -> str:
 
 
 _CANON_TRAIL = re.compile(r"[\s.!?;:,]+$")
+_LEAD_IN = re.compile(
+    r"^(?:(?:in|at|during) (?:this|the) (?:step|turn|call|point|span|stage)|here|notably|importantly|again"
+    r"|unfortunately|in addition|additionally|also|however|moreover|furthermore)\s*,\s*",
+    re.IGNORECASE,
+)
+# Code identifiers: snake_case, camelCase/PascalCase with an inner capital, dotted paths, `backticked` code.
+_IDENTIFIER = re.compile(
+    r"`[^`]{1,80}`|\b[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+\b|\b[a-z]+[A-Z][A-Za-z0-9]*\b"
+    r"|\b[A-Za-z_][\w]*(?:\.[A-Za-z_]\w*)+\(?\)?(?=[\s,;:!?)]|\.?$)"
+)
+IDENTIFIER_PLACEHOLDER = "X"
+# A trailing clause that states a generic consequence rather than the failure itself.
+_CONSEQUENCE = re.compile(
+    r"(?:,\s*|\s+)(?:causing|leading to|resulting in|which (?:caused|led|resulted|confused|frustrated|misled"
+    r"|annoyed|made|forced|meant)|so (?:that )?(?:the (?:task|run|answer|result|user|customer|conversation)|it|"
+    r"they)\b|and (?:so|this|that|thus|therefore|as a result)\b|and the (?:final )?(?:answer|result|output|task"
+    r"|response) (?:was|is|were|failed|ended))[^,;]*$",
+    re.IGNORECASE,
+)
 
 
-def canonical_text(text: str) -> str:
-    """The form that is embedded: whitespace collapsed, one final period. all-MiniLM-L6-v2 moves a vector by
-    as much as 0.13 cosine for a missing final period alone, which would otherwise split duplicates."""
+def canonical_text(text: str, *, strip_consequence: bool = True, mask_identifiers: bool = True) -> str:
+    """The form that is embedded: whitespace collapsed, a leading discourse marker ("In this step,", "Here,",
+    "Notably,") dropped, a trailing generic consequence clause (", so the task failed", ", causing an extra
+    round trip", ", which confused the customer", "and the final answer was wrong") dropped when at least
+    `MIN_WORDS` + 1 words remain, and exactly one final period. Consequences are shared by every failure mode,
+    so they pull unrelated statements together; and all-MiniLM-L6-v2 moves a vector by up to 0.13 cosine for
+    a missing final period alone, which would otherwise split duplicates. With `mask_identifiers`, code
+    identifiers (snake_case, camelCase, dotted.paths, `code`) become "X": the model reads "lookup_inventory" as
+    the words "lookup inventory", and statements about one tool then cluster by tool instead of by failure
+    (the tool stays visible in the text, the names and the node). The displayed text is unchanged."""
     text = _CANON_TRAIL.sub("", _SPACES.sub(" ", text).strip())
+    if mask_identifiers:
+        text = _IDENTIFIER.sub(IDENTIFIER_PLACEHOLDER, text)
+    text = _LEAD_IN.sub("", text)
+    if strip_consequence:
+        head = _CONSEQUENCE.sub("", text)
+        if head != text and len(head.split()) > MIN_WORDS:
+            text = _CANON_TRAIL.sub("", head)
+    text = text[:1].upper() + text[1:]
     return f"{text}." if text else text

@@ -1,0 +1,1 @@
+"""Clustering benchmark (see README.md)."""
