@@ -14,6 +14,8 @@ Returns JudgeResults (diagnosis/judges/contract.py):
 * "rubric.generated" only when rubric generation failed or was skipped (no goal).
 
 A judge that fails returns status "error" (or "skipped" with error "budget exhausted"), score None, never 0.
+Exceptions raised by the caller's budget object (a cancelled run) propagate; cache callbacks that raise are
+treated as a miss / a failed write.
 Calls per trace: ceil(steps / window) step calls + 1 trace call (+ 1 per extra window of a very long trace,
 + 1 rubric generation when enabled); repairs (one at most per call) and 429/timeout retries come on top.
 The judges run sequentially inside one trace; run traces concurrently (CLEAR_JUDGE_CONCURRENCY threads).
@@ -55,6 +57,8 @@ def judge_trace_with_llm(*, trace: TraceView, rubrics: list[dict], config: LlmJu
         try:
             results += run_trace_judge(trace, index, rubrics, config, gate)
         except Exception as error:  # noqa: BLE001 - a judge bug must not take the diagnosis run down
+            if error is gate.raised:
+                raise  # the caller's budget stopped the run: not a judge failure
             results += [_crashed(TRACE_JUDGE, None, error, config)] + [
                 _crashed(f"rubric.{r.get('id')}", None, error, config) for r in rubrics]
     else:
@@ -67,6 +71,8 @@ def judge_trace_with_llm(*, trace: TraceView, rubrics: list[dict], config: LlmJu
         try:
             results += run_step_judges(trace, index, config, gate)
         except Exception as error:  # noqa: BLE001
+            if error is gate.raised:
+                raise
             results += [_crashed(STEP_JUDGE, s.span_id, error, config)
                         for s in judged_steps(trace, index, trace_judge=config.trace_judge)]
     return results

@@ -67,22 +67,35 @@ class CallOutcome:
 
 
 class BudgetGate:
-    """Stops every later call of one judge_trace_with_llm run once the budget has said no."""
+    """Stops every later call of one judge_trace_with_llm run once the budget has said no.
+
+    An exception raised by the caller's budget (e.g. "the run was cancelled") is remembered in `raised` so that
+    judge_trace_with_llm lets it through instead of turning it into error results."""
 
     def __init__(self, budget) -> None:
         self.budget = budget
         self.exhausted = False
+        self.raised: BaseException | None = None
 
     def allow(self, tokens: int) -> bool:
         if self.exhausted:
             return False
-        if self.budget is not None and not self.budget.allow(tokens):
-            self.exhausted = True
+        if self.budget is not None:
+            try:
+                allowed = self.budget.allow(tokens)
+            except BaseException as error:
+                self.raised = error
+                raise
+            self.exhausted = not allowed
         return not self.exhausted
 
     def spend(self, tokens: int, cost: float) -> None:
         if self.budget is not None and tokens:
-            self.budget.spend(tokens, cost)
+            try:
+                self.budget.spend(tokens, cost)
+            except BaseException as error:
+                self.raised = error
+                raise
 
 
 def cache_key(judge: str, model: str, messages: list[dict]) -> str:

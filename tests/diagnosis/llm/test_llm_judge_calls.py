@@ -180,3 +180,22 @@ def test_a_broken_cache_is_a_miss_and_a_judge_crash_is_an_error_result(fake_llm,
     steps = [r for r in results if r.judge == "llm.step"]
     assert len(steps) == 2 and all(r.status == "error" and r.score is None for r in steps)
     assert "judge crashed: ConnectionError" in steps[0].error
+
+
+def test_an_exception_from_the_budget_propagates(fake_llm):
+    class Cancelled(Exception):
+        pass
+
+    class CancellingBudget:
+        def allow(self, tokens_estimate):
+            raise Cancelled()
+
+        def spend(self, tokens, cost):
+            pass
+
+    fake_llm.script(default=judge_reply)
+    for overrides in ({}, {"trace_judge": False}):
+        with pytest.raises(Cancelled):
+            judge_trace_with_llm(trace=linear_trace(2), rubrics=[],
+                                 config=config(fake_llm, budget=CancellingBudget(), **overrides))
+    assert fake_llm.call_count == 0
