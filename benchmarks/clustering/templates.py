@@ -4,11 +4,14 @@ A statement = optional lead-in + a paraphrase pattern of one failure category wi
 consequence clause. The category is the label. Variety comes from four independent sources:
   * 14 categories x 5-6 paraphrase patterns each (different wording and sentence structure for one problem),
   * slot fillers (tool names, entities, fields, languages, formats, numbers),
-  * 5 lead-ins ("", "In this step, ", ...) and 6 consequence clauses ("", ", so the task failed", ...),
+  * 5 lead-ins ("", "In this step, ", ...), 16 context phrases (" during checkout", ...; 4 of them empty) and 6
+    consequence clauses ("", ", so the task failed", ...),
   * numbers (counts, ids, status codes), which vary the text but not its normalised key (`normalize_text`
     maps every token with a digit to "0"), like real judge output that repeats a problem with other ids.
 Categories have Zipf-like frequencies (the most common is ~9x the rarest), each has a home node (75% of its
-statements) and 2% of statements are unlabelled noise (random topics, label -1) that should land in "other".
+statements) and 2% of statements are unlabelled noise (6-10 random words from an unrelated vocabulary, label -1) that should land in
+"other". Identifier slots (tools, fields) and consequence clauses are masked/stripped before embedding
+(`canonical_text`), so the texts the model actually sees are far fewer than the distinct texts.
 """
 
 from __future__ import annotations
@@ -25,6 +28,11 @@ LANGS = [("Spanish", "English"), ("German", "English"), ("French", "English"), (
 FORMATS = ["DD/MM/YYYY", "MM-DD-YY", "a written-out month name", "a Unix timestamp"]
 NODES = ["planner", "responder", "tool_caller", "researcher", "verifier"]
 
+# Natural-language context (not masked like identifiers): adds real embedding variety, as real critiques do.
+CONTEXTS = ["", "", "", "", " during checkout", " for a returning customer", " in the second turn",
+            " after the refund request", " while handling a complaint", " on a mobile session", " for a premium account",
+            " in a conversation about a damaged parcel", " when the customer was already upset", " late in the dialogue",
+            " for a business client", " right after the greeting"]
 LEADS = ["", "", "In this step, ", "Here, ", "Notably, "]
 TAILS = ["", "", ", so the task failed", ", which confused the customer", " and the final answer was wrong",
          ", causing an extra round trip"]
@@ -130,7 +138,7 @@ CATEGORIES: dict[str, tuple[str, list[str]]] = {
     ]),
 }
 
-# Noise: one-off remarks with random content words (20^4 combinations: almost never repeated).
+# Noise vocabulary: one-off word salads drawn from these phrases' words (never repeated in practice).
 NOISE_A = ["The footer font", "A chess opening", "The penguin photo", "The autumn poem", "The coffee machine",
            "A medieval castle", "The jazz playlist", "The moon landing", "A Roman road", "The bread recipe",
            "The office plant", "A weather widget", "The violin solo", "A tram timetable", "The lighthouse",
@@ -174,13 +182,15 @@ def generate(n: int, *, seed: int = 0, noise: float = 0.02, per_trace: int = 3) 
     for i in range(n):
         trace = f"trace-{i // per_trace}"
         if rng.random() < noise:
-            text = " ".join(rng.choice(part) for part in (NOISE_A, NOISE_B, NOISE_C, NOISE_D)) + "."
+            words = sorted({w for part in (NOISE_A, NOISE_B, NOISE_C, NOISE_D) for p in part
+                            for w in p.lower().split() if len(w) > 3})
+            text = " ".join(rng.sample(words, rng.randint(6, 10))).capitalize() + "."
             out.append(Generated(text, -1, rng.choice(NODES), trace))
             continue
         c = rng.choices(range(len(names)), weights)[0]
         home, patterns = CATEGORIES[names[c]]
         node = home if rng.random() < 0.75 else rng.choice(NODES)
-        body = _fill(rng.choice(patterns), rng)
+        body = _fill(rng.choice(patterns), rng) + rng.choice(CONTEXTS)
         lead = rng.choice(LEADS)
         text = (lead + body) if lead else body
         text = text[0].upper() + text[1:] + rng.choice(TAILS) + "."
