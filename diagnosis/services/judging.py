@@ -9,7 +9,6 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from django.conf import settings
-from django.db import transaction
 from django.db.models import F
 
 from diagnosis import conf
@@ -267,17 +266,19 @@ class WriteTotals:
 
 def feedback_write(*, run: DiagnosisRun, trace_pk: int, trace_id: str, results: list[JudgeResult],
                    dropped: dict[int, int], rubric_ids: set[int]) -> WriteTotals:
-    """Get-or-create every result on its unique key; only rows created now count towards the run's totals."""
+    """Insert the results whose (judge, target) this run has no row for yet; only those count towards the run's
+    totals. The caller holds the run row's lock, so no other writer of this run interleaves; the unique
+    constraints (and ignore_conflicts) are the backstop."""
     totals = WriteTotals()
+    existing = set(Feedback.objects.filter(run=run, trace_id=trace_pk).values_list("judge", "target_span_id"))
+    rows = []
     for index, result in enumerate(results):
-        values = _feedback_values(run=run, result=result, rubric_ids=rubric_ids, dropped=dropped.get(index, 0))
-        with transaction.atomic():  # a savepoint: a concurrent insert of the same key is read back, not raised
-            _, created = Feedback.objects.get_or_create(
-                run=run, trace_id=trace_pk, judge=result.judge[:200], target_span_id=result.target_span_id or None,
-                defaults=values,
-            )
-        if not created:
+        key = (result.judge[:200], result.target_span_id or None)
+        if key in existing:
             continue
+        existing.add(key)
+        values = _feedback_values(run=run, result=result, rubric_ids=rubric_ids, dropped=dropped.get(index, 0))
+        rows.append(Feedback(run=run, trace_id=trace_pk, judge=key[0], target_span_id=key[1], **values))
         totals.created += 1
         totals.input_tokens += values["input_tokens"]
         totals.output_tokens += values["output_tokens"]
@@ -285,6 +286,7 @@ def feedback_write(*, run: DiagnosisRun, trace_pk: int, trace_id: str, results: 
         totals.dropped += dropped.get(index, 0)
         if values["status"] == "error":
             totals.errors.append({"trace_id": trace_id, "judge": result.judge, "error": values["error"][:500]})
+    Feedback.objects.bulk_create(rows, ignore_conflicts=True, batch_size=500)
     return totals
 
 
