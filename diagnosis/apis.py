@@ -3,7 +3,7 @@
 One class per operation: validate → service or selector → serialize. Errors are ClearErrors ({message, code, extra}).
 """
 
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_serializer
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -65,6 +65,7 @@ def _run_body(run: DiagnosisRun) -> dict:
 class DiagnosisRunCreateApi(APIView):
     authentication_classes = [ProjectKeyAuthentication]
 
+    @extend_schema_serializer(component_name="DiagnosisRunCreateInput")
     class InputSerializer(serializers.Serializer):
         name = serializers.CharField(required=False, default="", allow_blank=True, max_length=200)
         release = serializers.CharField(required=False, default="", allow_blank=True)
@@ -121,6 +122,7 @@ class DiagnosisRunCancelApi(APIView):
 class FeedbackListApi(APIView):
     authentication_classes = [ProjectKeyAuthentication]
 
+    @extend_schema_serializer(component_name="FeedbackListFilter")
     class FilterSerializer(serializers.Serializer):
         verdict = serializers.ChoiceField(choices=Feedback.Verdict.values, required=False)
         judge = serializers.CharField(required=False)
@@ -150,6 +152,7 @@ class RubricListApi(APIView):
 class RubricCreateApi(APIView):
     authentication_classes = [ProjectKeyAuthentication]
 
+    @extend_schema_serializer(component_name="RubricCreateInput")
     class InputSerializer(serializers.Serializer):
         name = serializers.CharField(max_length=200)
         kind = serializers.ChoiceField(choices=Rubric.Kind.values)
@@ -169,6 +172,7 @@ class RubricCreateApi(APIView):
 class RubricUpdateApi(APIView):
     authentication_classes = [ProjectKeyAuthentication]
 
+    @extend_schema_serializer(component_name="RubricUpdateInput")
     class InputSerializer(serializers.Serializer):
         name = serializers.CharField(max_length=200, required=False)
         kind = serializers.ChoiceField(choices=Rubric.Kind.values, required=False)
