@@ -49,6 +49,8 @@ class FeedbackOutputSerializer(serializers.ModelSerializer):
 
 
 class RubricOutputSerializer(serializers.ModelSerializer):
+    kind = serializers.CharField(help_text="regex, jsonpath, tool_order, tool_never, coverage or llm")
+
     class Meta:
         model = Rubric
         fields = ["id", "name", "description", "kind", "node", "config", "enabled", "created_at", "updated_at"]
@@ -155,7 +157,7 @@ class RubricCreateApi(APIView):
     @extend_schema_serializer(component_name="RubricCreateInput")
     class InputSerializer(serializers.Serializer):
         name = serializers.CharField(max_length=200)
-        kind = serializers.ChoiceField(choices=Rubric.Kind.values)
+        kind = serializers.CharField(help_text="regex, jsonpath, tool_order, tool_never, coverage or llm")
         config = serializers.JSONField()
         node = serializers.CharField(required=False, default="", allow_blank=True)
         description = serializers.CharField(required=False, default="", allow_blank=True)
@@ -175,7 +177,7 @@ class RubricUpdateApi(APIView):
     @extend_schema_serializer(component_name="RubricUpdateInput")
     class InputSerializer(serializers.Serializer):
         name = serializers.CharField(max_length=200, required=False)
-        kind = serializers.ChoiceField(choices=Rubric.Kind.values, required=False)
+        kind = serializers.CharField(required=False)
         config = serializers.JSONField(required=False)
         node = serializers.CharField(required=False, allow_blank=True)
         description = serializers.CharField(required=False, allow_blank=True)
