@@ -14,11 +14,24 @@ def start_diagnosis_run(run_id: str) -> None:
         raise
 
 
-@shared_task(name="diagnosis.judge_trace", acks_late=True, reject_on_worker_lost=True, ignore_result=True)
-def judge_trace(item_id: str) -> None:
-    from diagnosis.services import run_trace_process
+@shared_task(name="diagnosis.judge_trace", bind=True, acks_late=True, reject_on_worker_lost=True,
+             ignore_result=True, max_retries=3)
+def judge_trace(self, item_id: str) -> None:
+    from django.db import OperationalError
 
-    run_trace_process(item_id=int(item_id))
+    from diagnosis.services import run_trace_fail, run_trace_process
+
+    try:
+        run_trace_process(item_id=int(item_id))
+    except OperationalError as exc:  # the database went away for a moment: the work is idempotent, try again
+        if self.request.retries < self.max_retries:
+            raise self.retry(exc=exc, countdown=min(60, 5 * 2 ** self.request.retries)) from exc
+        run_trace_fail(item_id=int(item_id), error=f"{type(exc).__name__}: {exc}")
+        raise
+    except Exception as exc:
+        # A crash that would recur on every delivery (a bug, bad data): give up on this trace, keep the run going.
+        run_trace_fail(item_id=int(item_id), error=f"{type(exc).__name__}: {exc}")
+        raise
 
 
 @shared_task(name="diagnosis.continuous_tick", ignore_result=True)

@@ -12,6 +12,7 @@ from diagnosis.services.runs import (
     diagnosis_run_fail,
     diagnosis_run_start,
     diagnosis_runs_sweep,
+    run_trace_fail,
     run_trace_process,
     trace_sampled,
 )
@@ -33,6 +34,7 @@ __all__ = [
     "rubric_create",
     "rubric_delete",
     "rubric_update",
+    "run_trace_fail",
     "run_trace_process",
     "trace_sampled",
     "trace_view_build",

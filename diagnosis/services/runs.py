@@ -268,7 +268,11 @@ def run_items_execute(*, run_id, progress: Callable[[DiagnosisRun], None] | None
         taken = RunTrace.objects.filter(pk=item_id, status=ItemStatus.PENDING).update(
             status=ItemStatus.QUEUED, dispatched_at=timezone.now())
         if taken:  # another process may have taken it first
-            run_trace_process(item_id=item_id, dispatch_next=False)
+            try:
+                run_trace_process(item_id=item_id, dispatch_next=False)
+            except Exception as exc:  # noqa: BLE001 - one broken trace must not stop the others
+                logger.exception("diagnosis.trace_failed item=%s", item_id)
+                run_trace_fail(item_id=item_id, error=f"{type(exc).__name__}: {exc}", dispatch_next=False)
         run = DiagnosisRun.objects.get(pk=run_id)
         if progress is not None:
             progress(run)
@@ -399,6 +403,23 @@ def run_trace_process(*, item_id: int, dispatch_next: bool = True) -> None:
     _after_item(run_id=run.pk, dispatch_next=dispatch_next)
 
 
+def run_trace_fail(*, item_id: int, error: str, dispatch_next: bool = True) -> None:
+    """Give up on one trace (its task kept crashing): skipped, with the error counted on the run."""
+    item = RunTrace.objects.filter(pk=item_id).select_related("trace").first()
+    if item is None:
+        return
+    with transaction.atomic():
+        run = DiagnosisRun.objects.select_for_update().get(pk=item.run_id)
+        skipped = RunTrace.objects.filter(pk=item_id, status__in=RunTrace.OPEN).update(
+            status=ItemStatus.SKIPPED, finished_at=timezone.now())
+        if skipped:
+            entry = {"trace_id": item.trace.trace_id, "judge": "", "error": error[:500]}
+            DiagnosisRun.objects.filter(pk=run.pk).update(
+                skipped_count=F("skipped_count") + 1, error_count=F("error_count") + 1,
+                errors=(run.errors + [entry])[:100])
+    _after_item(run_id=item.run_id, dispatch_next=dispatch_next)
+
+
 def _after_item(*, run_id, dispatch_next: bool) -> None:
     if dispatch_next:
         diagnosis_run_dispatch(run_id=run_id)
@@ -441,6 +462,7 @@ __all__ = [
     "judges_resolve",
     "node_stats_build",
     "run_finish_if_complete",
+    "run_trace_fail",
     "run_trace_process",
     "trace_sampled",
 ]

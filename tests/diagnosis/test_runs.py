@@ -202,3 +202,35 @@ def test_default_judges_and_llm_rubrics_without_a_model(desk):
         "1 llm rubric(s) were not evaluated: they need the LLM judges and a model."]
     run = diagnosis_run_execute(run=run)
     assert not Feedback.objects.filter(run=run, judge_kind__in=["llm", "rubric"]).exists()
+
+
+def test_a_trace_that_crashes_is_skipped_and_counted_and_the_run_goes_on(desk, monkeypatch):
+    run = diagnosis_run_start(project=desk, judges=["rules"], enqueue=False)
+    original = judging.trace_results
+    crashed = []
+
+    def crash_once(**kwargs):
+        if not crashed:
+            crashed.append(kwargs["trace"].trace_id)
+            raise RuntimeError("bad data")
+        return original(**kwargs)
+
+    monkeypatch.setattr("diagnosis.services.runs.trace_results", crash_once)
+    run = diagnosis_run_execute(run=run)
+    assert (run.status, run.done_count, run.skipped_count, run.error_count) == ("succeeded", 4, 1, 1)
+    assert run.errors == [{"trace_id": crashed[0], "judge": "", "error": "RuntimeError: bad data"}]
+
+
+def test_the_trace_task_gives_up_on_a_crashing_trace(desk, monkeypatch):
+    from diagnosis.tasks import judge_trace as judge_trace_task
+
+    run = diagnosis_run_start(project=desk, judges=["rules"], trace_ids=[Trace.objects.first().trace_id],
+                              enqueue=False)
+    DiagnosisRun.objects.filter(pk=run.pk).update(status="running")
+    item = RunTrace.objects.get(run=run)
+    RunTrace.objects.filter(pk=item.pk).update(status="queued")
+    monkeypatch.setattr("diagnosis.services.runs.trace_view_build", lambda **kw: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        judge_trace_task.delay(str(item.pk))
+    run.refresh_from_db()
+    assert (run.status, run.skipped_count, run.error_count) == ("succeeded", 1, 1)
