@@ -234,3 +234,22 @@ def test_the_trace_task_gives_up_on_a_crashing_trace(desk, monkeypatch):
         judge_trace_task.delay(str(item.pk))
     run.refresh_from_db()
     assert (run.status, run.skipped_count, run.error_count) == ("succeeded", 1, 1)
+
+
+def test_trace_view_build_from_stored_rows(desk):
+    from diagnosis.services import trace_view_build
+
+    trace = Trace.objects.get(project=desk, task_id="refund-status")
+    view = trace_view_build(trace=trace)
+    root = Span.objects.get(trace=trace, span_id=trace.root_span_id)
+    assert view.trace_id == trace.trace_id and view.task_id == "refund-status" and view.outcome == "failure"
+    assert view.goal == root.input and view.final_output == root.output
+    assert [s.start_time for s in view.spans] == sorted(s.start_time for s in view.spans)
+    assert len(view.spans) == trace.span_count and all(s.parent_span_id is not None for s in view.spans)
+    assert view.synthetic_timing  # the example's root span says clear.timing=synthetic
+    root.attributes = {k: v for k, v in root.attributes.items() if k != "clear.timing"}
+    root.save()
+    assert not trace_view_build(trace=trace).synthetic_timing
+    root.resource = {**root.resource, "dataset.synthetic_timing": True}
+    root.save()
+    assert trace_view_build(trace=trace).synthetic_timing
