@@ -41,6 +41,19 @@ def _rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
 
 
+def _noise_in_category_clusters(labels: np.ndarray, pred: np.ndarray) -> float:
+    """Share of noise statements that sit in a cluster whose majority is a real category (contamination)."""
+    noise = labels < 0
+    if not noise.any():
+        return 0.0
+    majority: dict[str, int] = {}
+    for cid in set(pred[noise]) - {"<other>"}:
+        labs = labels[pred == cid]
+        vals, counts = np.unique(labs, return_counts=True)
+        majority[cid] = int(vals[counts.argmax()])
+    return float(np.mean([majority.get(c, -1) >= 0 for c in pred[noise]]))
+
+
 def _quality(labels: np.ndarray, assignment: list[str | None]) -> dict[str, float]:
     from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 
@@ -55,6 +68,7 @@ def _quality(labels: np.ndarray, assignment: list[str | None]) -> dict[str, floa
         "nmi_clustered": float(normalized_mutual_info_score(labels[keep], pred_all[keep])) if keep.any() else 0.0,
         "coverage": float(clustered[labelled].mean()),
         "noise_in_other": float((~clustered[~labelled]).mean()) if (~labelled).any() else 1.0,
+        "noise_in_category_clusters": _noise_in_category_clusters(labels, pred_all),
     }
 
 

@@ -9,8 +9,8 @@ consequence clause. The category is the label. Variety comes from four independe
   * numbers (counts, ids, status codes), which vary the text but not its normalised key (`normalize_text`
     maps every token with a digit to "0"), like real judge output that repeats a problem with other ids.
 Categories have Zipf-like frequencies (the most common is ~9x the rarest), each has a home node (75% of its
-statements) and 2% of statements are unlabelled noise (6-10 random words from an unrelated vocabulary, label -1) that should land in
-"other". Identifier slots (tools, fields) and consequence clauses are masked/stripped before embedding
+statements) and 2% of statements are unlabelled noise (one-off sentences from standard-library docstrings, label -1) that should stay
+out of the categories' clusters. Identifier slots (tools, fields) and consequence clauses are masked/stripped before embedding
 (`canonical_text`), so the texts the model actually sees are far fewer than the distinct texts.
 """
 
@@ -138,23 +138,47 @@ CATEGORIES: dict[str, tuple[str, list[str]]] = {
     ]),
 }
 
-# Noise vocabulary: one-off word salads drawn from these phrases' words (never repeated in practice).
-NOISE_A = ["The footer font", "A chess opening", "The penguin photo", "The autumn poem", "The coffee machine",
-           "A medieval castle", "The jazz playlist", "The moon landing", "A Roman road", "The bread recipe",
-           "The office plant", "A weather widget", "The violin solo", "A tram timetable", "The lighthouse",
-           "A knitting pattern", "The volcano map", "A tennis score", "The garden hose", "A crossword clue"]
-NOISE_B = ["was mentioned beside", "looked unrelated to", "was compared with", "briefly referenced",
-           "was quoted next to", "drifted towards", "was confused with", "was pictured under", "echoed",
-           "was sorted after", "rhymed with", "was painted over", "was weighed against", "overlapped",
-           "was filed under", "was translated as", "was stacked on", "was hidden behind", "orbited",
-           "was mistaken for"]
-NOISE_C = ["a lighthouse keeper", "the harvest moon", "a broken umbrella", "the museum guide", "a paper kite",
-           "the ski lift", "a marching band", "the opera house", "a sleepy cat", "the glacier",
-           "a pirate flag", "the bakery window", "a telescope", "the riverbank", "a snow globe",
-           "the clock tower", "a beehive", "the cactus", "a hot-air balloon", "the harbour crane"]
-NOISE_D = ["in Lisbon", "at dawn", "in the attic", "during winter", "on Mars", "by the lake", "in 1850",
-           "at the zoo", "under the bridge", "in a dream", "on the train", "in the desert", "at midnight",
-           "in a library", "on the roof", "in Kyoto", "at the fair", "in the jungle", "on stage", "at sea"]
+# Noise: one-off sentences on unrelated topics, taken from the docstrings of these standard-library modules
+# (fixed for a Python version; thousands of distinct sentences, so a noise statement rarely repeats).
+NOISE_MODULES = ["textwrap", "calendar", "json", "random", "statistics", "fractions", "decimal", "difflib", "heapq",
+                 "bisect", "collections", "string", "csv", "shutil", "pathlib", "zipfile", "tarfile", "argparse",
+                 "logging", "unittest", "sqlite3", "threading", "queue", "inspect", "dataclasses", "enum",
+                 "functools", "itertools", "copy", "pprint", "datetime", "uuid", "hashlib", "base64", "struct",
+                 "codecs", "locale", "configparser", "tempfile", "glob", "fnmatch", "gzip", "pickle", "math",
+                 "weakref", "contextlib", "traceback", "warnings", "platform", "tokenize", "ast", "timeit", "email.message",
+                 "http.client", "http.server", "urllib.request", "xml.dom.minidom", "mailbox", "imaplib", "smtplib",
+                 "ftplib", "socketserver", "asyncio.events", "asyncio.streams", "multiprocessing.pool", "pydoc", "doctest", "pdb", "cmd", "shlex", "optparse", "gettext",
+                 "telnetlib", "nntplib", "poplib", "aifc", "wave", "colorsys", "imghdr", "sndhdr", "cgi", "wsgiref.handlers"]
+
+
+def noise_sentences() -> list[str]:
+    """Distinct sentences (6-30 words, no code) from the NOISE_MODULES docstrings, sorted."""
+    import importlib
+    import re
+
+    import warnings
+
+    out: set[str] = set()
+    for name in NOISE_MODULES:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                mod = importlib.import_module(name)
+        except ImportError:  # a module missing from this Python: fewer noise sentences, nothing else
+            continue
+        docs = [mod.__doc__ or ""]
+        for obj in vars(mod).values():
+            if callable(obj) and getattr(obj, "__module__", None) == name:
+                docs.append(getattr(obj, "__doc__", "") or "")
+                if isinstance(obj, type):
+                    docs.extend(getattr(m, "__doc__", "") or "" for m in vars(obj).values() if callable(m))
+        for doc in docs:
+            for sent in re.split(r"(?<=[.!?])\s+", " ".join(doc.split())):
+                words = sent.split()
+                if 6 <= len(words) <= 30 and sent[:1].isupper() and sent.endswith(".") and not re.search(
+                        r"[(){}\[\]=_>`*:]|\d", sent):
+                    out.add(sent)
+    return sorted(out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,13 +202,12 @@ def generate(n: int, *, seed: int = 0, noise: float = 0.02, per_trace: int = 3) 
     rng = random.Random(seed)
     names = list(CATEGORIES)
     weights = [1.0 / (1 + 0.6 * i) for i in range(len(names))]  # Zipf-like: first ~8.8x the last
+    noise_pool = noise_sentences() if noise > 0 else []
     out: list[Generated] = []
     for i in range(n):
         trace = f"trace-{i // per_trace}"
         if rng.random() < noise:
-            words = sorted({w for part in (NOISE_A, NOISE_B, NOISE_C, NOISE_D) for p in part
-                            for w in p.lower().split() if len(w) > 3})
-            text = " ".join(rng.sample(words, rng.randint(6, 10))).capitalize() + "."
+            text = rng.choice(noise_pool)
             out.append(Generated(text, -1, rng.choice(NODES), trace))
             continue
         c = rng.choices(range(len(names)), weights)[0]

@@ -140,29 +140,90 @@ def _merge_close(centroids: np.ndarray, threshold: float) -> np.ndarray:
     return labels.astype(np.int64)
 
 
+def _mean_pairwise(sum_vec_sq: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    """Mean cosine over distinct statement pairs of a set, from |sum of its unit vectors|^2 and its size."""
+    pairs = weight * weight - weight
+    out = np.ones_like(weight, dtype=np.float64)
+    ok = pairs > 0
+    out[ok] = (sum_vec_sq[ok] - weight[ok]) / pairs[ok]
+    return out
+
+
+def _split_incoherent(
+    vecs: np.ndarray, counts: np.ndarray, unit_of: np.ndarray, p: ClusterParams, unit_cap: int,
+) -> np.ndarray:
+    """k-means puts every group in some micro-cluster, also groups that resemble nothing (outliers). A
+    micro-cluster whose own mean pairwise cosine is below the cut is re-clustered with the same average
+    linkage; its sub-clusters become units, and a lone group lighter than min_cluster_size becomes an orphan
+    (unit -1). Most incoherent first, until the unit count would pass unit_cap."""
+    min_sim = 1.0 - p.distance_threshold
+    k = int(unit_of.max()) + 1
+    means = _weighted_means(vecs, counts, unit_of, k)
+    weight = np.bincount(unit_of, weights=counts, minlength=k)
+    coherence = _mean_pairwise((means * means).sum(1) * weight * weight, weight)
+    members = _split_by_label(unit_of, k)
+    out = unit_of.copy()
+    n_units = k
+    for u in np.argsort(coherence):
+        if coherence[u] >= min_sim or n_units >= unit_cap:
+            break
+        rows = members[u]
+        if len(rows) < 2:
+            continue
+        sub = average_linkage_cut(vecs[rows].astype(np.float64) , counts[rows], min_sim)
+        n_sub = int(sub.max()) + 1
+        sizes = np.bincount(sub, minlength=n_sub)
+        weights = np.bincount(sub, weights=counts[rows], minlength=n_sub)
+        new_ids = {}
+        for j, s_ in enumerate(sub):
+            if sizes[s_] == 1 and weights[s_] < p.min_cluster_size:
+                out[rows[j]] = -1
+                continue
+            if s_ not in new_ids:
+                new_ids[s_] = u if not new_ids else n_units + len(new_ids) - 1
+            out[rows[j]] = new_ids[s_]
+        n_units += max(len(new_ids) - 1, 0)
+    return out
+
+
 def _group_labels(dd: Dedup, p: ClusterParams) -> tuple[np.ndarray, int]:
     """Steps 2-5 on the deduplicated groups: a cluster label per group (-1 = other) and the unit count."""
     vecs, counts = dd.vectors, dd.count.astype(np.float64)
     g = dd.n_groups
     if g == 0:
         return np.zeros(0, dtype=np.int64), 0
+    min_sim = 1.0 - p.distance_threshold
     if g <= p.direct_max:
         unit_of = np.arange(g)
     else:
         k = int(np.clip(g // max(p.micro_ratio, 1), 2, p.micro_max))
         unit_of = micro_clusters(vecs, counts, k, random_state=p.random_state)
-    n_units = int(unit_of.max()) + 1
-    unit_means = _weighted_means(vecs, counts, unit_of, n_units)
-    unit_weight = np.bincount(unit_of, weights=counts, minlength=n_units)
-    unit_label = average_linkage_cut(unit_means, unit_weight, 1.0 - p.distance_threshold)
-    labels = unit_label[unit_of]
+        unit_of = _split_incoherent(vecs, counts, unit_of, p, unit_cap=2 * max(p.micro_max, p.direct_max))
+    linked = unit_of >= 0
+    _, unit_of_linked = np.unique(unit_of[linked], return_inverse=True)
+    n_units = int(unit_of_linked.max()) + 1 if linked.any() else 0
+    labels = np.full(g, -1, dtype=np.int64)
+    if n_units:
+        unit_means = _weighted_means(vecs[linked], counts[linked], unit_of_linked, n_units)
+        unit_weight = np.bincount(unit_of_linked, weights=counts[linked], minlength=n_units)
+        labels[linked] = average_linkage_cut(unit_means, unit_weight, min_sim)[unit_of_linked]
+        k = int(labels.max()) + 1
+        merged = _merge_close(_weighted_means(vecs, counts, labels, k), p.merge_threshold)
+        labels[linked] = merged[labels[linked]]
     k = int(labels.max()) + 1
-    labels = _merge_close(_weighted_means(vecs, counts, labels, k), p.merge_threshold)[labels]
-    # members far from their cluster's centroid leave it (one pass against the centroids with all members)
-    k = int(labels.max()) + 1
-    centroids = _normalize_rows(_weighted_means(vecs, counts, labels, k))
-    member_sim = np.einsum("ij,ij->i", vecs, centroids[labels])
-    labels = np.where(member_sim >= p.min_member_similarity, labels, -1)
+    if k and (~linked).any():
+        # orphans join the cluster whose statements they are, on average, close enough to (the linkage rule)
+        means = _weighted_means(vecs, counts, labels, k)
+        orphans = np.flatnonzero(~linked)
+        sims = vecs[orphans] @ means.T
+        best = sims.argmax(1)
+        ok = sims[np.arange(len(orphans)), best] >= min_sim
+        labels[orphans[ok]] = best[ok]
+    if k:
+        # members far from their cluster's centroid leave it (one pass against the centroids with all members)
+        centroids = _normalize_rows(_weighted_means(vecs, counts, labels, k))
+        member_sim = np.einsum("ij,ij->i", vecs, centroids[np.maximum(labels, 0)])
+        labels = np.where((labels >= 0) & (member_sim >= p.min_member_similarity), labels, -1)
     return labels, n_units
 
 

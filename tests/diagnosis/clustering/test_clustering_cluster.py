@@ -127,3 +127,14 @@ def test_per_node_and_system_with_links(paraphrases, embedder):
     # the trace-level statements joined the system search-loop cluster
     loop = multi.system_result.assignment["sys0"]
     assert loop is not None and multi.system_result.assignment["sys1"] == loop
+
+
+def test_micro_cluster_path_agrees_with_the_direct_path(paraphrases):
+    statements, labels, vectors = paraphrases
+    direct = cluster_statements(statements, vectors)
+    micro = cluster_statements(statements, vectors, direct_max=10, micro_ratio=3)
+    assert micro.n_units < micro.n_groups  # k-means micro-clusters were linked, not the groups
+    assert adjusted_rand_score(labels, _predicted(micro, statements)) >= 0.8
+    assert adjusted_rand_score(_predicted(direct, statements), _predicted(micro, statements)) >= 0.8
+    outliers = {s.id for s, lab in zip(statements, labels) if lab.startswith("outlier")}
+    assert outliers <= set(micro.other)
