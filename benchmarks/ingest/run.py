@@ -96,7 +96,10 @@ def _drop_db(pg: str, db: str) -> None:
 def _flush_redis(url: str) -> None:
     import redis
 
-    redis.Redis.from_url(url).flushdb()
+    try:
+        redis.Redis.from_url(url, socket_connect_timeout=2).flushdb()
+    except redis.ConnectionError as exc:  # e.g. a dead broker on purpose, to measure without the dispatch
+        _log(f"redis {url} unreachable ({exc}); the outbox keeps its rows pending")
 
 
 def _env(args: argparse.Namespace) -> dict[str, str]:
@@ -242,11 +245,20 @@ def _proc_stats() -> list[tuple[int, str, int, float]]:
     return out
 
 
-def _cpu(server_pid: int) -> dict[str, float]:
-    """CPU seconds used so far by the gunicorn workers, by all postgres processes, and by this process."""
+def _pg_pids(conn: psycopg.Connection) -> set[int]:
+    """Backends of the benchmark database and Postgres' background processes (WAL writer, checkpointer, ...)."""
+    pids = {pid for (pid,) in conn.execute(
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() OR backend_type <> 'client backend'"
+    ).fetchall()}
+    conn.commit()
+    return pids
+
+
+def _cpu(server_pid: int | None, pg_pids: set[int]) -> dict[str, float]:
+    """CPU seconds used so far by the gunicorn processes, by the given postgres processes, and by this process."""
     stats = _proc_stats()
-    workers = sum(cpu for pid, _, ppid, cpu in stats if ppid == server_pid or pid == server_pid)
-    postgres = sum(cpu for _, comm, _, cpu in stats if comm == "postgres")
+    workers = sum(cpu for pid, _, ppid, cpu in stats if server_pid is not None and server_pid in (pid, ppid))
+    postgres = sum(cpu for pid, _, _, cpu in stats if pid in pg_pids)
     client = sum(os.times()[:2])
     return {"server": workers, "postgres": postgres, "client": client}
 
@@ -283,7 +295,7 @@ def _percentile(values: list[float], q: float) -> float:
 # baseline
 
 
-def _copy_baseline(conn: psycopg.Connection, runs: int) -> tuple[int, list[float]]:
+def _copy_baseline(conn: psycopg.Connection, runs: int) -> tuple[int, list[float], list[float]]:
     """Binary COPY of traces_span's rows (prebuilt in memory) into an empty table of the same shape, `runs`
     times (the table recreated each time); returns (rows, seconds of each run)."""
     columns = conn.execute(
@@ -300,12 +312,15 @@ def _copy_baseline(conn: psycopg.Connection, runs: int) -> tuple[int, list[float
     statement = sql.SQL("COPY bench_copy ({}) FROM STDIN (FORMAT BINARY)").format(
         sql.SQL(", ").join(map(sql.Identifier, names))
     )
-    timings = []
+    timings, cpus = [], []
+    pg_pids = _pg_pids(conn)
     for _ in range(runs):
         conn.execute("DROP TABLE IF EXISTS bench_copy")
         conn.execute("CREATE TABLE bench_copy (LIKE traces_span INCLUDING ALL)")
         conn.commit()
         conn.execute("CHECKPOINT")  # start each run with no dirty buffers of the previous one
+        conn.commit()
+        cpu_before = _cpu(None, pg_pids)
         start = time.perf_counter()
         with conn.cursor() as cur:
             with cur.copy(statement) as copy:
@@ -314,11 +329,12 @@ def _copy_baseline(conn: psycopg.Connection, runs: int) -> tuple[int, list[float
                     copy.write_row(row)
         conn.commit()
         timings.append(time.perf_counter() - start)
+        cpus.append(sum(_cpu(None, pg_pids).values()) - sum(cpu_before.values()))
         copied = _span_count(conn, "bench_copy")
         conn.commit()
     conn.execute("DROP TABLE IF EXISTS bench_copy")
     conn.commit()
-    return copied, timings
+    return copied, timings, cpus
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -370,7 +386,8 @@ def main(argv: list[str] | None = None) -> dict:
             conn.commit()
             _log(f"sending {body_count} batches ({body_mb:.1f} MB) from {args.clients} clients")
             load_before = os.getloadavg()[0]
-            cpu_before = _cpu(server.process.pid)
+            pg_pids = _pg_pids(conn)
+            cpu_before = _cpu(server.process.pid, pg_pids)
             start = time.perf_counter()
             latencies, retries = _send_all(
                 port=port, key=key, streams=_shared(streams[0], args.clients) if args.shared_stream else streams
@@ -385,7 +402,7 @@ def main(argv: list[str] | None = None) -> dict:
                     raise SystemExit(f"only {stored} of {expected} spans stored 120 s after the last response")
                 time.sleep(0.01)
             elapsed = time.perf_counter() - start
-            cpu = {k: v - cpu_before[k] for k, v in _cpu(server.process.pid).items()}
+            cpu = {k: v - cpu_before[k] for k, v in _cpu(server.process.pid, pg_pids).items()}
         server.stop()
         if worker is not None:
             os.killpg(worker.pid, signal.SIGTERM)
@@ -417,14 +434,20 @@ def main(argv: list[str] | None = None) -> dict:
                 conn.execute("DELETE FROM traces_span WHERE id <= (SELECT max(id) FROM traces_span) - %s",
                              [expected])
                 conn.commit()
-                copied, copy_timings = _copy_baseline(conn, args.copy_runs)
-            copy_elapsed = min(copy_timings)  # the best run: the conservative baseline
+                copied, copy_timings, copy_cpus = _copy_baseline(conn, args.copy_runs)
+            best = copy_timings.index(min(copy_timings))
+            copy_elapsed = copy_timings[best]  # the best run: the conservative baseline
+            e2e_cpu = sum(result["cpu_seconds"].values())
             result.update(
                 copy_rows=copied,
                 copy_seconds=round(copy_elapsed, 3),
                 copy_runs_seconds=[round(t, 3) for t in copy_timings],
                 copy_rows_per_s=round(copied / copy_elapsed),
                 ratio=round((expected / elapsed) / (copied / copy_elapsed), 3),
+                # Robust to other load on the machine: CPU time per span (server + postgres + clients) against
+                # CPU time per row of the COPY (this process + postgres).
+                cpu_us_per_span=round(1e6 * e2e_cpu / expected, 1),
+                copy_cpu_us_per_row=round(1e6 * copy_cpus[best] / copied, 1),
             )
     finally:
         server.stop()
@@ -445,6 +468,8 @@ def main(argv: list[str] | None = None) -> dict:
     if "copy_rows_per_s" in result:
         print(f"baseline COPY     {result['copy_rows_per_s']:>8} rows/s   (best of {result['copy_runs_seconds']} s)")
         print(f"ratio             {result['ratio']:.1%} of the COPY rate")
+        print(f"CPU per span      end-to-end {result['cpu_us_per_span']} us (all processes), "
+              f"COPY {result['copy_cpu_us_per_row']} us")
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(result, indent=2) + "\n")
     return result
