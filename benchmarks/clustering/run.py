@@ -84,7 +84,8 @@ def _pipeline(statements: list[Statement], embedder: Embedder, params: ClusterPa
     for clusters in [*multi.node_clusters.values(), multi.system_clusters]:
         n_names += len(name_clusters(clusters, texts))
     t3 = time.perf_counter()
-    return {"multi": multi, "n_embedded": n_embedded, "n_computed": embedder.computed - computed_before, "embed_s": t1 - t0, "cluster_s": t2 - t1,
+    return {"multi": multi, "n_embedded": n_embedded, "n_computed": embedder.computed - computed_before,
+            "embed_s": t1 - t0, "cluster_s": t2 - t1,
             "name_s": t3 - t2, "total_s": t3 - t0, "n_names": n_names}
 
 

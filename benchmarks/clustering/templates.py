@@ -9,8 +9,9 @@ consequence clause. The category is the label. Variety comes from four independe
   * numbers (counts, ids, status codes), which vary the text but not its normalised key (`normalize_text`
     maps every token with a digit to "0"), like real judge output that repeats a problem with other ids.
 Categories have Zipf-like frequencies (the most common is ~9x the rarest), each has a home node (75% of its
-statements) and 2% of statements are unlabelled noise (one-off sentences from standard-library docstrings, label -1) that should stay
-out of the categories' clusters. Identifier slots (tools, fields) and consequence clauses are masked/stripped before embedding
+statements) and 2% of statements are unlabelled noise (one-off sentences from standard-library docstrings,
+label -1) that should stay out of the categories' clusters. Identifier slots (tools, fields) and consequence
+clauses are masked/stripped before embedding
 (`canonical_text`), so the texts the model actually sees are far fewer than the distinct texts.
 """
 
@@ -30,8 +31,9 @@ NODES = ["planner", "responder", "tool_caller", "researcher", "verifier"]
 
 # Natural-language context (not masked like identifiers): adds real embedding variety, as real critiques do.
 CONTEXTS = ["", "", "", "", " during checkout", " for a returning customer", " in the second turn",
-            " after the refund request", " while handling a complaint", " on a mobile session", " for a premium account",
-            " in a conversation about a damaged parcel", " when the customer was already upset", " late in the dialogue",
+            " after the refund request", " while handling a complaint", " on a mobile session",
+            " for a premium account", " in a conversation about a damaged parcel",
+            " when the customer was already upset", " late in the dialogue",
             " for a business client", " right after the greeting"]
 LEADS = ["", "", "In this step, ", "Here, ", "Notably, "]
 TAILS = ["", "", ", so the task failed", ", which confused the customer", " and the final answer was wrong",
@@ -145,10 +147,11 @@ NOISE_MODULES = ["textwrap", "calendar", "json", "random", "statistics", "fracti
                  "logging", "unittest", "sqlite3", "threading", "queue", "inspect", "dataclasses", "enum",
                  "functools", "itertools", "copy", "pprint", "datetime", "uuid", "hashlib", "base64", "struct",
                  "codecs", "locale", "configparser", "tempfile", "glob", "fnmatch", "gzip", "pickle", "math",
-                 "weakref", "contextlib", "traceback", "warnings", "platform", "tokenize", "ast", "timeit", "email.message",
-                 "http.client", "http.server", "urllib.request", "xml.dom.minidom", "mailbox", "imaplib", "smtplib",
-                 "ftplib", "socketserver", "asyncio.events", "asyncio.streams", "multiprocessing.pool", "pydoc", "doctest", "pdb", "cmd", "shlex", "optparse", "gettext",
-                 "telnetlib", "nntplib", "poplib", "aifc", "wave", "colorsys", "imghdr", "sndhdr", "cgi", "wsgiref.handlers"]
+                 "weakref", "contextlib", "traceback", "warnings", "platform", "tokenize", "ast", "timeit",
+                 "email.message", "http.client", "http.server", "urllib.request", "xml.dom.minidom", "mailbox",
+                 "imaplib", "smtplib", "ftplib", "socketserver", "asyncio.events", "asyncio.streams",
+                 "multiprocessing.pool", "pydoc", "doctest", "pdb", "cmd", "shlex", "optparse", "gettext", "telnetlib",
+                 "nntplib", "poplib", "aifc", "wave", "colorsys", "imghdr", "sndhdr", "cgi", "wsgiref.handlers"]
 
 
 def noise_sentences() -> list[str]:

@@ -11,7 +11,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["Statement", "split_critique", "statements_from_critique", "normalize_text", "canonical_text", "MIN_CHARS", "MIN_WORDS"]
+__all__ = [
+    "Statement", "split_critique", "statements_from_critique", "normalize_text", "canonical_text", "MIN_CHARS",
+    "MIN_WORDS",
+]
 
 MIN_CHARS = 15
 """Fragments shorter than this (after cleaning) carry no diagnosable content ("Not good.", "See above.")."""

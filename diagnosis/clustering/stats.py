@@ -77,7 +77,9 @@ def wilson_interval(k: int, n: int, confidence: float = 0.95) -> Interval:
     return (0.0 if k == 0 else max(0.0, centre - half), 1.0 if k == n else min(1.0, centre + half))
 
 
-def risk_ratio(a: int, n1: int, c: int, n2: int, confidence: float = 0.95) -> tuple[float | None, Interval | None]:
+def risk_ratio(
+    a: int, n1: int, c: int, n2: int, confidence: float = 0.95,
+) -> tuple[float | None, Interval | None]:
     """(a/n1) / (c/n2) with Katz's log interval; (None, None) when n1 or n2 is 0."""
     if n1 <= 0 or n2 <= 0:
         return None, None
@@ -94,7 +96,9 @@ def risk_ratio(a: int, n1: int, c: int, n2: int, confidence: float = 0.95) -> tu
     return point, (min(low, point), max(high, point))
 
 
-def newcombe_difference(a: int, n1: int, c: int, n2: int, confidence: float = 0.95) -> tuple[float | None, Interval | None]:
+def newcombe_difference(
+    a: int, n1: int, c: int, n2: int, confidence: float = 0.95,
+) -> tuple[float | None, Interval | None]:
     """a/n1 - c/n2 with Newcombe's hybrid score interval; (None, None) when n1 or n2 is 0."""
     if n1 <= 0 or n2 <= 0:
         return None, None

@@ -103,7 +103,8 @@ def test_per_node_and_system_with_links(paraphrases, embedder):
     statements, labels = paraphrase_statements(spread_nodes=False, prefix="n")
     vectors = embedder.embed([s.text for s in statements])
     # trace-level statements (node "") take part at system level only
-    extra = [Statement(id=f"sys{i}", text=t, node="", trace_id=f"x{i}") for i, t in enumerate(PROBLEMS["search_loop"][1][:2])]
+    loop_texts = PROBLEMS["search_loop"][1][:2]
+    extra = [Statement(id=f"sys{i}", text=t, node="", trace_id=f"x{i}") for i, t in enumerate(loop_texts)]
     statements += extra
     vectors = np.vstack([vectors, embedder.embed([s.text for s in extra])])
     multi = cluster_per_node_and_system(statements, vectors)

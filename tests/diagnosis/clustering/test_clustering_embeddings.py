@@ -25,7 +25,8 @@ def test_loads_offline_and_caches(monkeypatch):
     monkeypatch.setattr(socket, "create_connection", no_network)
     cache = InMemoryCache()
     emb = Embedder(cache=cache)
-    texts = ["The agent looped on the same search.", "It invented a refund policy.", "The agent looped on the same search."]
+    texts = ["The agent looped on the same search.", "It invented a refund policy.",
+             "The agent looped on the same search."]
     first = emb.embed(texts)
     assert first.dtype == np.float32 and first.shape == (3, 384)
     assert np.allclose(np.linalg.norm(first, axis=1), 1.0, atol=1e-5)

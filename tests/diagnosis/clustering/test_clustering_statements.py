@@ -35,5 +35,6 @@ def test_statements_from_critique_carries_provenance():
 
 
 def test_normalize_text_ignores_case_quotes_numbers_and_trailing_punctuation():
-    assert normalize_text('Called "search" 3 times for order #4821A.') == normalize_text("called search 12 times for order #77b")
+    a = normalize_text('Called "search" 3 times for order #4821A.')
+    assert a == normalize_text("called search 12 times for order #77b")
     assert normalize_text("Wrong  date format!") == "wrong date format"
