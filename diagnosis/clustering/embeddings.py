@@ -107,7 +107,7 @@ class Embedder:
         self.max_seq_length = max_seq_length
         self.quantize = quantize
         self.device = device
-        bundled = model is None
+        bundled = not model
         self.model_id = model_id or ("all-MiniLM-L6-v2" if bundled else self.model_name) + ("+int8" if quantize else "")
         self._model: Any = None
         self._lock = threading.Lock()

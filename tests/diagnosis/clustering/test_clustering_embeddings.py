@@ -85,3 +85,13 @@ def test_empty_input(embedder):
 @pytest.mark.parametrize("bad", [None])
 def test_cache_default_is_in_memory(bad):
     assert isinstance(Embedder(cache=bad).cache, InMemoryCache)
+
+
+def test_model_setting_falls_back_to_the_bundled_model():
+    # the Django layer passes settings.CLEAR_EMBEDDING_MODEL, which may be unset
+    for value in (None, ""):
+        emb = Embedder(model=value)
+        assert emb.model_name == default_model_path() and emb.model_id == "all-MiniLM-L6-v2"
+        assert not emb.loaded
+    assert Embedder(model="some/other-model").model_id == "some/other-model"
+    assert Embedder(quantize=True).model_id == "all-MiniLM-L6-v2+int8"

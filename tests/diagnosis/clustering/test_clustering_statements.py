@@ -38,3 +38,18 @@ def test_normalize_text_ignores_case_quotes_numbers_and_trailing_punctuation():
     a = normalize_text('Called "search" 3 times for order #4821A.')
     assert a == normalize_text("called search 12 times for order #77b")
     assert normalize_text("Wrong  date format!") == "wrong date format"
+
+
+def test_canonical_text_is_what_gets_embedded():
+    from diagnosis.clustering.statements import canonical_text
+
+    assert canonical_text("Here, the agent invented a policy, so the task failed") == "The agent invented a policy."
+    assert canonical_text("In this step, lookup_inventory returned an error, causing an extra round trip.") == (
+        "X returned an error.")
+    assert canonical_text("It called getOrder and `db.save()` twice") == "It called X and X twice."
+    # a clause that states the problem itself is kept
+    assert canonical_text("The page size was 3.5, which is invalid.") == "The page size was 3.5, which is invalid."
+    # too little left without the clause: kept whole
+    assert canonical_text("It failed, so it retried.") == "It failed, so it retried."
+    a, b = "the agent never verified the order id", "The agent never verified the order id."
+    assert canonical_text(a) == canonical_text(b)
