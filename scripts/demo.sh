@@ -53,7 +53,7 @@ echo "==> starting the Celery worker (log: $CLEAR_VAR_DIR/logs/worker.log)"
 PIDS+=($!)
 
 echo "==> serving http://$HOST:$PORT (log: $CLEAR_VAR_DIR/logs/web.log)"
-"$BIN/gunicorn" clear.wsgi:application --bind "$HOST:$PORT" --workers 2 --threads 4 --timeout 120 \
+"$BIN/gunicorn" clear.wsgi:application --bind "$HOST:$PORT" --workers 2 --threads 4 --timeout 120 --graceful-timeout 5 \
   --access-logfile "$CLEAR_VAR_DIR/logs/web.log" --error-logfile "$CLEAR_VAR_DIR/logs/web.log" &
 PIDS+=($!)
 up=0
