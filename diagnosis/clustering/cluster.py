@@ -3,7 +3,9 @@
 Pipeline of `cluster_statements` (defaults and reasons in METHOD.md):
 1. Deduplicate (dedup.py): exact (normalised text) then near duplicates (cosine >= 0.95) -> groups with counts.
 2. Units: with <= `direct_max` groups every group is a unit; otherwise mini-batch k-means makes
-   k = clamp(groups / `micro_ratio`, 2, `micro_max`) micro-clusters, which become the units.
+   k = clamp(groups / `micro_ratio`, 2, `micro_max`) micro-clusters, which become the units; an incoherent
+   micro-cluster (own mean pairwise cosine below the cut) is re-split with the same linkage, and lone light
+   groups from it become orphans that later join a cluster only by the linkage rule.
 3. Weighted average linkage over the units (linkage.py), cut where the average statement-to-statement cosine
    falls below 1 - `distance_threshold`. No cap on the number of clusters.
 4. Merge clusters whose normalised centroids have cosine >= `merge_threshold` (near-duplicate clusters).
@@ -11,7 +13,7 @@ Pipeline of `cluster_statements` (defaults and reasons in METHOD.md):
    may have glued it to a micro-cluster it does not belong to); clusters with fewer than `min_cluster_size`
    statements, or fewer than `min_traces` distinct traces, are dissolved. Whatever leaves goes to "other":
    statements are never dropped.
-Memory is O(n d) for the vectors plus O(m^2) for m <= max(direct_max, micro_max) units.
+Memory is O(n d) for the vectors plus O(m^2) for m <= 2 * max(direct_max, micro_max) units.
 """
 
 from __future__ import annotations
