@@ -55,6 +55,7 @@ INSTALLED_APPS = [
     "clear.projects",
     "traces",
     "diagnosis",
+    "diagnosis.attribution",
     "evolution",
     "frontend",
 ]
