@@ -92,7 +92,7 @@ def _final_values(text: str, goal: str) -> set[str]:
         if match.start() < tail_start:
             continue
         phrase = (match.group(1) or match.group(2) or "").strip().strip(":").strip()
-        if not phrase or phrase.lower() in goal_low:
+        if not phrase or phrase.lower() in goal_low or _heading(text, match):
             continue
         numbers = _numbers(phrase)
         if numbers and len(phrase) <= 20:
@@ -100,6 +100,16 @@ def _final_values(text: str, goal: str) -> set[str]:
         elif len(phrase) >= 3 and not phrase.endswith(":"):
             values.add(phrase.lower())
     return values
+
+
+def _heading(text: str, match: re.Match) -> bool:
+    """A bold label rather than a value: "**Verification**:", "**Output**" alone on its line."""
+    after = text[match.end():match.end() + 2]
+    line_start = text.rfind("\n", 0, match.start()) + 1
+    line_end = text.find("\n", match.end())
+    line = text[line_start:len(text) if line_end < 0 else line_end].strip()
+    alone = line == match.group(0).strip() and not any(ch.isdigit() for ch in match.group(0))
+    return after.startswith(":") or match.group(0).endswith(":**") or alone
 
 
 def _contains(step: Step, value: str) -> bool:
