@@ -177,12 +177,12 @@ def binary_search(goal: str, steps: list[Step], config: LlmJudgeConfig) -> LlmAt
     decisive = steps[low]
     shown = steps[max(0, low - NAME_CONTEXT_STEPS):low + 1]
     payload = {"goal": renderer.goal, "decisive_step": decisive.index, "steps": renderer.render(shown)}
-    outcome = _call(BINARY_NAME, payload, config, gate, _agent_check(_agents(shown) or agents))
+    outcome = _call(BINARY_NAME, payload, config, gate, _agent_check(agents))
     result.add(outcome)
     if outcome.status != "ok":
         return result.fail(outcome, f"naming call for step {decisive.index}")
     named = str(outcome.output["agent"]).strip().casefold()
-    result.agent = (_agents(shown) or agents).get(named, decisive.agent)
+    result.agent = agents[named]
     result.step = decisive
     if not decisive.is_actor and result.agent.casefold() != decisive.agent.casefold():
         # The model blamed the agent behind a tool result: point at that agent's turn.
