@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.db.models import Count, QuerySet
 
 from clear.projects.models import Project
+from diagnosis.models import Insight
 from traces.models import Trace
 
 from .errors import AttributionNotFoundError
@@ -34,3 +35,13 @@ def attribution_agent_counts(*, project: Project, method: str = "heuristic") -> 
     """How often each node was found responsible: [{"agent", "count"}], most blamed first."""
     return list(Attribution.objects.filter(project=project, method=method, status=Attribution.Status.OK)
                 .values("agent").annotate(count=Count("id")).order_by("-count", "agent"))
+
+
+def attribution_insights(*, project: Project, attribution: Attribution) -> QuerySet[Insight]:
+    """The project's insights whose verified evidence cites the attribution's decisive span (none when the
+    attribution named no span)."""
+    if not attribution.span_id or attribution.project_id != project.pk:
+        return Insight.objects.none()
+    return (Insight.objects.filter(project=project, evidence__trace_id=attribution.trace_id,
+                                   evidence__span_id=attribution.span_id)
+            .distinct())

@@ -110,3 +110,23 @@ def test_stored_feedback_is_used_instead_of_running_the_rules(project, shared_di
     assert attribution_get(project=project, trace=trace).pk == judged.pk
     assert list(attribution_list(project=project, agent=target.node.lower())) == [judged]
     assert attribution_agent_counts(project=project) == [{"agent": target.node, "count": 1}]
+
+
+@pytest.mark.django_db
+def test_insights_citing_the_decisive_span(project, shared_dir):
+    from diagnosis.attribution.selectors import attribution_insights
+    from diagnosis.models import Insight, InsightEvidence
+
+    traces_import(project=project, path=shared_dir / "datasets" / "whowhen-algorithm-generated" /
+                  "Algorithm-Generated-5.json", outcome="failure")
+    trace = Trace.objects.get(project=project)
+    attribution = attribution_compute(project=project, trace=trace)
+    run = DiagnosisRun.objects.create(project=project, status="succeeded")
+    feedback = Feedback.objects.create(run=run, project=project, trace=trace, judge="llm.step", judge_kind="llm",
+                                       target_span_id=attribution.span_id, verdict="fail")
+    citing = Insight.objects.create(project=project, level="node", node=attribution.agent, title="Invents figures")
+    other = Insight.objects.create(project=project, level="node", node="x", title="Elsewhere")
+    for insight, span_id in ((citing, attribution.span_id), (citing, attribution.span_id), (other, "ffffffffffffffff")):
+        InsightEvidence.objects.create(insight=insight, run=run, trace=trace, span_id=span_id, feedback=feedback,
+                                       statement_text="s")
+    assert list(attribution_insights(project=project, attribution=attribution)) == [citing]
