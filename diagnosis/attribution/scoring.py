@@ -98,7 +98,8 @@ def attribution_score(*, project: Project, labels: list[dict], method: str = "he
             row.update(agent=attribution.agent, step=attribution.step_index, status=attribution.status)
             report.errors += attribution.status == Attribution.Status.ERROR
             report.inconclusive += attribution.status == Attribution.Status.INCONCLUSIVE
-        if row["agent"] and str(row["agent"]).strip().casefold() == str(label.get("mistake_agent") or "").strip().casefold():
+        wanted_agent = str(label.get("mistake_agent") or "").strip().casefold()
+        if row["agent"] and str(row["agent"]).strip().casefold() == wanted_agent:
             report.agent_correct += 1
         if row["step"] is not None and row["label_step"] is not None:
             gap = abs(row["step"] - row["label_step"])

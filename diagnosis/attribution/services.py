@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from django.conf import settings
 from django.db import transaction
@@ -45,16 +45,15 @@ def _evidence_ids(issues: Iterable[dict]) -> list[str]:
     return ids
 
 
-def _signal(*, judge: str, span_id: str | None, verdict: str | None, issues: list[dict], details: dict) -> FeedbackSignal:
+def _signal(*, judge: str, span_id: str | None, verdict: str | None, issues: list[dict],
+            details: dict) -> FeedbackSignal:
     cause = (details or {}).get("root_cause")
+    cause_span = str(cause.get("span_id") or "") if isinstance(cause, dict) else ""
     return FeedbackSignal(judge=judge, span_id=span_id or None, verdict=verdict, severity=_max_severity(issues),
-                          root_cause_span_id=str(cause.get("span_id") or "") or None if isinstance(cause, dict) else None,
-                          evidence_span_ids=_evidence_ids(issues))
+                          root_cause_span_id=cause_span or None, evidence_span_ids=_evidence_ids(issues))
 
 
 def rule_signals(results: list[JudgeResult]) -> list[FeedbackSignal]:
-    from dataclasses import asdict
-
     return [_signal(judge=r.judge, span_id=r.target_span_id, verdict=r.verdict,
                     issues=[asdict(issue) for issue in r.issues], details=r.details)
             for r in results if r.status in ("ok", "truncated")]

@@ -9,6 +9,7 @@ import pytest
 from django.core.management import call_command
 
 from diagnosis.attribution.errors import AttributionInvalidError
+from diagnosis.attribution.llm import expected_binary_calls
 from diagnosis.attribution.models import Attribution
 from diagnosis.attribution.prompts import SYSTEMS, VERSIONS
 from diagnosis.attribution.services import attribution_compute, attribution_compute_for_project
@@ -113,6 +114,7 @@ def test_binary_search_halves_the_range_then_names_the_agent(project, trace, fak
     fake_llm.script(default=reply)
     attribution = compute(project, trace, "binary_search", fake_llm)
     expected = math.ceil(math.log2(STEPS)) + 1
+    assert expected == expected_binary_calls(STEPS) == 5
     assert expected - 1 <= fake_llm.call_count <= expected
     searches = [payload(r) for r in fake_llm.requests[:-1]]
     sizes = [len(d["steps"]) for d in searches]
@@ -124,7 +126,8 @@ def test_binary_search_halves_the_range_then_names_the_agent(project, trace, fak
     assert attribution.status == "ok" and attribution.calls == fake_llm.call_count
     assert (attribution.agent, attribution.step_index) == (BLAMED[target], ATTRIBUTED_STEP[target])
     assert attribution.confidence == 0.6
-    assert attribution.prompt_version == f"{VERSIONS['attribution.binary_search']}+{VERSIONS['attribution.binary_search.name']}"
+    versions = VERSIONS["attribution.binary_search"], VERSIONS["attribution.binary_search.name"]
+    assert attribution.prompt_version == "+".join(versions)
 
 
 def test_malformed_output_is_repaired_once_then_recorded_as_an_error(project, trace, fake_llm):
