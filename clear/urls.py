@@ -1,7 +1,8 @@
 from django.contrib import admin
-from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView
+from django.urls import include, path, re_path
+from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
+from clear.api.views import ApiNotFoundApi
 from clear.projects import apis as project_apis
 
 api_v1 = [
@@ -13,8 +14,13 @@ urlpatterns = [
     path("api/v1/", include((api_v1, "api"))),
     path("api/public/projects", project_apis.LangfuseProjectListApi.as_view(), name="langfuse-projects"),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="api-redoc"),
     path("", include("traces.urls")),
     path("", include("diagnosis.urls")),
     path("", include("evolution.urls")),
+    path("", include("clear.webhooks.urls")),
+    # Any other /api/v1/ path: a 404 in the API's error body, not the HTML page (after every app's API routes).
+    re_path(r"^api/v1/", ApiNotFoundApi.as_view(), name="api-not-found"),
     path("", include("frontend.urls")),
 ]

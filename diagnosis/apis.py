@@ -1,14 +1,20 @@
 """REST API of the diagnosis app (project API keys): start, follow and cancel runs, read feedback, manage rubrics.
 
 One class per operation: validate → service or selector → serialize. Errors are ClearErrors ({message, code, extra}).
+The /api/v1/runs/, /api/v1/feedback/ and /api/v1/rubrics/ endpoints follow the shared conventions (clear/api: cursor
+pages, per-key rate limit); the Legacy* classes keep the first paths (/api/v1/diagnosis/runs…, /api/v1/rubrics/create
+…) working for existing clients and are left out of the schema.
 """
 
-from drf_spectacular.utils import extend_schema, extend_schema_serializer
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field, extend_schema_serializer
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from clear.api.base import ProjectApi
+from clear.api.fields import POSTGRES_BIGINT_MAX, json_storable
+from clear.api.pagination import PAGINATION_PARAMETERS, page_body, paginate, paginated
 from clear.projects.apis import request_project
 from clear.projects.authentication import ProjectKeyAuthentication
 from diagnosis.models import DiagnosisRun, Feedback, Rubric
@@ -64,7 +70,8 @@ def _run_body(run: DiagnosisRun) -> dict:
     }}
 
 
-class DiagnosisRunCreateApi(APIView):
+@extend_schema(exclude=True)
+class LegacyRunCreateApi(APIView):
     authentication_classes = [ProjectKeyAuthentication]
 
     @extend_schema_serializer(component_name="DiagnosisRunCreateInput")
@@ -95,7 +102,8 @@ class DiagnosisRunCreateApi(APIView):
         return Response(RunOutputSerializer(run).data, status=status.HTTP_201_CREATED)
 
 
-class DiagnosisRunListApi(APIView):
+@extend_schema(exclude=True)
+class LegacyRunListApi(APIView):
     authentication_classes = [ProjectKeyAuthentication]
 
     @extend_schema(responses=RunOutputSerializer(many=True))
@@ -104,7 +112,8 @@ class DiagnosisRunListApi(APIView):
         return Response(RunOutputSerializer(runs, many=True).data)
 
 
-class DiagnosisRunDetailApi(APIView):
+@extend_schema(exclude=True)
+class LegacyRunDetailApi(APIView):
     authentication_classes = [ProjectKeyAuthentication]
 
     @extend_schema(responses=RunOutputSerializer)
@@ -112,7 +121,8 @@ class DiagnosisRunDetailApi(APIView):
         return Response(_run_body(diagnosis_run_get(project=request_project(request), run_id=run_id)))
 
 
-class DiagnosisRunCancelApi(APIView):
+@extend_schema(exclude=True)
+class LegacyRunCancelApi(APIView):
     authentication_classes = [ProjectKeyAuthentication]
 
     @extend_schema(request=None, responses=RunOutputSerializer)
@@ -121,7 +131,8 @@ class DiagnosisRunCancelApi(APIView):
         return Response(RunOutputSerializer(diagnosis_run_cancel(run=run)).data)
 
 
-class FeedbackListApi(APIView):
+@extend_schema(exclude=True)
+class LegacyFeedbackListApi(APIView):
     authentication_classes = [ProjectKeyAuthentication]
 
     @extend_schema_serializer(component_name="FeedbackListFilter")
@@ -143,7 +154,8 @@ class FeedbackListApi(APIView):
         return Response({"count": rows.count(), "results": FeedbackOutputSerializer(page, many=True).data})
 
 
-class RubricListApi(APIView):
+@extend_schema(exclude=True)
+class LegacyRubricListApi(APIView):
     authentication_classes = [ProjectKeyAuthentication]
 
     @extend_schema(responses=RubricOutputSerializer(many=True))
@@ -151,7 +163,8 @@ class RubricListApi(APIView):
         return Response(RubricOutputSerializer(rubric_list(project=request_project(request)), many=True).data)
 
 
-class RubricCreateApi(APIView):
+@extend_schema(exclude=True)
+class LegacyRubricCreateApi(APIView):
     authentication_classes = [ProjectKeyAuthentication]
 
     @extend_schema_serializer(component_name="RubricCreateInput")
@@ -171,7 +184,8 @@ class RubricCreateApi(APIView):
         return Response(RubricOutputSerializer(rubric).data, status=status.HTTP_201_CREATED)
 
 
-class RubricUpdateApi(APIView):
+@extend_schema(exclude=True)
+class LegacyRubricUpdateApi(APIView):
     authentication_classes = [ProjectKeyAuthentication]
 
     @extend_schema_serializer(component_name="RubricUpdateInput")
@@ -192,10 +206,241 @@ class RubricUpdateApi(APIView):
         return Response(RubricOutputSerializer(rubric).data)
 
 
-class RubricDeleteApi(APIView):
+@extend_schema(exclude=True)
+class LegacyRubricDeleteApi(APIView):
     authentication_classes = [ProjectKeyAuthentication]
 
     @extend_schema(request=None, responses={204: None})
     def post(self, request: Request, rubric_id: int) -> Response:
         rubric_delete(rubric=rubric_get(project=request_project(request), rubric_id=rubric_id))
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+# --- /api/v1/runs/, /api/v1/feedback/, /api/v1/rubrics/ (shared conventions: clear/api) ------------------------------
+
+@extend_schema_field({"oneOf": [{"type": "string", "enum": ["all"]},
+                                {"type": "array", "items": {"type": "integer", "minimum": 1}}]})
+class RubricIdsField(serializers.Field):
+    """`"all"` (every enabled rubric) or a list of rubric ids."""
+
+    default_error_messages = {"invalid": 'Expected "all" or a list of rubric ids.'}
+
+    def to_internal_value(self, data):
+        if data == "all":
+            return data
+        if not isinstance(data, list) or not all(
+                isinstance(i, int) and not isinstance(i, bool) and 0 < i <= POSTGRES_BIGINT_MAX for i in data):
+            self.fail("invalid")
+        return data
+
+    def to_representation(self, value):
+        return value
+
+
+class RunProgressSerializer(serializers.Serializer):
+    total = serializers.IntegerField(help_text="traces chosen by the filter")
+    done = serializers.IntegerField(help_text="traces judged")
+    skipped = serializers.IntegerField(help_text="traces not judged (cancelled, budget, crash)")
+    fraction = serializers.FloatField(help_text="(done + skipped) / total; 1 for an empty run")
+    finished = serializers.BooleanField()
+
+
+class RunSummarySerializer(serializers.Serializer):
+    feedback_by_status = serializers.DictField(child=serializers.IntegerField())
+    failing_by_judge = serializers.DictField(child=serializers.IntegerField())
+    failing_traces = serializers.IntegerField()
+
+
+def _run_progress(run: DiagnosisRun) -> dict:
+    settled = run.done_count + run.skipped_count
+    return {"total": run.total_count, "done": run.done_count, "skipped": run.skipped_count,
+            "fraction": min(1.0, settled / run.total_count) if run.total_count else 1.0,
+            "finished": run.is_finished}
+
+
+class RunApiOutputSerializer(RunOutputSerializer):
+    progress = serializers.SerializerMethodField()
+
+    class Meta(RunOutputSerializer.Meta):
+        fields = [*RunOutputSerializer.Meta.fields, "progress"]
+
+    @extend_schema_field(RunProgressSerializer)
+    def get_progress(self, run: DiagnosisRun) -> dict:
+        return _run_progress(run)
+
+
+class RunListApi(ProjectApi):
+    """Diagnosis runs of the key's project, newest first."""
+
+    @extend_schema(operation_id="runs_list", parameters=PAGINATION_PARAMETERS,
+                   responses=paginated(RunApiOutputSerializer, "PaginatedRunList"))
+    def get(self, request: Request) -> Response:
+        page = paginate(queryset=diagnosis_run_list(project=self.project(request)), request=request,
+                        ordering=("-created_at", "-pk"))
+        return Response(page_body(page=page, results=RunApiOutputSerializer(page.rows, many=True).data))
+
+
+class RunCreateApi(ProjectApi):
+    """Start a diagnosis run: the filter chooses the traces, the judges and budget say how they are judged."""
+
+    class InputSerializer(serializers.Serializer):
+        name = serializers.CharField(required=False, default="", allow_blank=True, max_length=200)
+        release = serializers.CharField(required=False, default="", allow_blank=True, max_length=200)
+        since = serializers.DateTimeField(required=False, allow_null=True, default=None,
+                                          help_text="traces started at or after")
+        until = serializers.DateTimeField(required=False, allow_null=True, default=None,
+                                          help_text="traces started before")
+        tags = serializers.ListField(child=serializers.CharField(max_length=200), required=False, default=list,
+                                     help_text="traces carrying all these tags")
+        outcome = serializers.ChoiceField(choices=["success", "failure", ""], required=False, default="")
+        node = serializers.CharField(required=False, default="", allow_blank=True, max_length=300,
+                                     help_text="traces with a span of this node")
+        trace_ids = serializers.ListField(child=serializers.CharField(max_length=32), required=False, default=list,
+                                          max_length=100_000)
+        judges = serializers.ListField(child=serializers.CharField(max_length=200), required=False, default=list,
+                                       help_text="judge names or aliases (rules, rubrics, llm); empty: the defaults")
+        model = serializers.CharField(required=False, default="", allow_blank=True, max_length=300,
+                                      help_text="LLM judge model (default CLEAR_JUDGE_MODEL)")
+        rubric_ids = RubricIdsField(required=False, default="all")
+        budget_tokens = serializers.IntegerField(required=False, allow_null=True, default=None, min_value=0,
+                                                 max_value=POSTGRES_BIGINT_MAX)
+        budget_cost = serializers.FloatField(required=False, allow_null=True, default=None, min_value=0)
+        sample_rate = serializers.FloatField(required=False, default=1.0, min_value=0, max_value=1,
+                                             help_text="share of the chosen traces judged, in (0, 1]")
+
+    @extend_schema(operation_id="runs_create", request=InputSerializer, responses={201: RunApiOutputSerializer})
+    def post(self, request: Request) -> Response:
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        values = dict(data.validated_data)
+        values["judges"] = values["judges"] or None
+        run = diagnosis_run_start(project=self.project(request), **values)
+        run.refresh_from_db()  # eager tasks (tests, inline) may have run it already
+        return Response(RunApiOutputSerializer(run).data, status=status.HTTP_201_CREATED)
+
+
+class RunDetailApi(ProjectApi):
+    """One run with its progress and a summary of its feedback."""
+
+    class OutputSerializer(RunApiOutputSerializer):
+        summary = serializers.SerializerMethodField()
+
+        class Meta(RunApiOutputSerializer.Meta):
+            fields = [*RunApiOutputSerializer.Meta.fields, "summary"]
+
+        @extend_schema_field(RunSummarySerializer)
+        def get_summary(self, run: DiagnosisRun) -> dict:
+            summary = diagnosis_run_summary(project=run.project, run=run)
+            return {"feedback_by_status": summary.feedback_by_status, "failing_by_judge": summary.failing_by_judge,
+                    "failing_traces": summary.failing_traces}
+
+    @extend_schema(operation_id="runs_retrieve", responses=OutputSerializer)
+    def get(self, request: Request, run_id) -> Response:
+        run = diagnosis_run_get(project=self.project(request), run_id=run_id)
+        return Response(self.OutputSerializer(run).data)
+
+
+class RunCancelApi(ProjectApi):
+    """Stop a queued or running run: traces not started are skipped. 409 when it has finished already."""
+
+    @extend_schema(operation_id="runs_cancel", request=None,
+                   responses={200: RunApiOutputSerializer, 409: OpenApiResponse(description="finished already")})
+    def post(self, request: Request, run_id) -> Response:
+        run = diagnosis_run_get(project=self.project(request), run_id=run_id)
+        return Response(RunApiOutputSerializer(diagnosis_run_cancel(run=run)).data)
+
+
+class FeedbackRowSerializer(FeedbackOutputSerializer):
+    run_id = serializers.UUIDField()
+
+    class Meta(FeedbackOutputSerializer.Meta):
+        fields = ["id", "run_id", *FeedbackOutputSerializer.Meta.fields[1:]]
+
+
+class FeedbackListApi(ProjectApi):
+    """Judges' feedback in the key's project, oldest first; filter by run, trace, judge and verdict."""
+
+    class FilterSerializer(serializers.Serializer):
+        run = serializers.UUIDField(required=False)
+        trace = serializers.CharField(required=False, max_length=32, help_text="a trace id")
+        judge = serializers.CharField(required=False, max_length=200)
+        verdict = serializers.ChoiceField(choices=Feedback.Verdict.values, required=False)
+
+    @extend_schema(operation_id="feedback_list", parameters=[FilterSerializer, *PAGINATION_PARAMETERS],
+                   responses=paginated(FeedbackRowSerializer, "PaginatedFeedbackList"))
+    def get(self, request: Request) -> Response:
+        project = self.project(request)
+        filters = self.FilterSerializer(data=request.query_params)
+        filters.is_valid(raise_exception=True)
+        params = filters.validated_data
+        rows = feedback_list(project=project, verdict=params.get("verdict"), judge=params.get("judge"))
+        # A run or trace that is not in this project matches nothing, like any other filter value.
+        if "run" in params:
+            rows = rows.filter(run_id=params["run"])
+        if "trace" in params:
+            rows = rows.filter(trace__trace_id=params["trace"].lower())
+        page = paginate(queryset=rows, request=request, ordering=("pk",))
+        return Response(page_body(page=page, results=FeedbackRowSerializer(page.rows, many=True).data))
+
+
+class RubricInputSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=200)
+    kind = serializers.ChoiceField(choices=Rubric.Kind.values)
+    config = serializers.JSONField(validators=[json_storable], help_text="kind-specific, see diagnosis/RUNS.md")
+    node = serializers.CharField(required=False, default="", allow_blank=True, max_length=300,
+                                 help_text="limit the rubric to this node's spans")
+    description = serializers.CharField(required=False, default="", allow_blank=True, max_length=10_000)
+    enabled = serializers.BooleanField(required=False, default=True)
+
+
+class RubricListApi(ProjectApi):
+    """The project's rubrics by name."""
+
+    @extend_schema(operation_id="rubrics_list", parameters=PAGINATION_PARAMETERS,
+                   responses=paginated(RubricOutputSerializer, "PaginatedRubricList"))
+    def get(self, request: Request) -> Response:
+        page = paginate(queryset=rubric_list(project=self.project(request)), request=request,
+                        ordering=("name", "pk"))
+        return Response(page_body(page=page, results=RubricOutputSerializer(page.rows, many=True).data))
+
+
+class RubricCreateApi(ProjectApi):
+    """Add a rubric; its config is checked for its kind (400 rubric_invalid, rubric_exists for a taken name)."""
+
+    @extend_schema(operation_id="rubrics_create", request=RubricInputSerializer,
+                   responses={201: RubricOutputSerializer})
+    def post(self, request: Request) -> Response:
+        data = RubricInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        rubric = rubric_create(project=self.project(request), **data.validated_data)
+        return Response(RubricOutputSerializer(rubric).data, status=status.HTTP_201_CREATED)
+
+
+class RubricDetailApi(ProjectApi):
+    """One rubric."""
+
+    @extend_schema(operation_id="rubrics_retrieve", responses=RubricOutputSerializer)
+    def get(self, request: Request, rubric_id: int) -> Response:
+        return Response(RubricOutputSerializer(rubric_get(project=self.project(request), rubric_id=rubric_id)).data)
+
+
+class RubricUpdateApi(ProjectApi):
+    """Change some of a rubric's fields (a new kind or config is validated together)."""
+
+    @extend_schema(operation_id="rubrics_partial_update", request=RubricInputSerializer(partial=True),
+                   responses=RubricOutputSerializer)
+    def patch(self, request: Request, rubric_id: int) -> Response:
+        rubric = rubric_get(project=self.project(request), rubric_id=rubric_id)
+        data = RubricInputSerializer(data=request.data, partial=True)
+        data.is_valid(raise_exception=True)
+        rubric = rubric_update(rubric=rubric, **data.validated_data)
+        return Response(RubricOutputSerializer(rubric).data)
+
+
+class RubricDeleteApi(ProjectApi):
+    """Delete a rubric (its past feedback stays, without the link)."""
+
+    @extend_schema(operation_id="rubrics_destroy", responses={204: None})
+    def delete(self, request: Request, rubric_id: int) -> Response:
+        rubric_delete(rubric=rubric_get(project=self.project(request), rubric_id=rubric_id))
         return Response(status=status.HTTP_204_NO_CONTENT)

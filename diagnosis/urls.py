@@ -1,17 +1,31 @@
 from django.urls import path
 
+from clear.api.routing import api_route
 from diagnosis import apis
 
 app_name = "diagnosis"
 
 urlpatterns = [
-    path("api/v1/diagnosis/runs", apis.DiagnosisRunListApi.as_view(), name="run-list"),
-    path("api/v1/diagnosis/runs/create", apis.DiagnosisRunCreateApi.as_view(), name="run-create"),
-    path("api/v1/diagnosis/runs/<uuid:run_id>", apis.DiagnosisRunDetailApi.as_view(), name="run-detail"),
-    path("api/v1/diagnosis/runs/<uuid:run_id>/cancel", apis.DiagnosisRunCancelApi.as_view(), name="run-cancel"),
-    path("api/v1/diagnosis/runs/<uuid:run_id>/feedback", apis.FeedbackListApi.as_view(), name="run-feedback"),
-    path("api/v1/rubrics", apis.RubricListApi.as_view(), name="rubric-list"),
-    path("api/v1/rubrics/create", apis.RubricCreateApi.as_view(), name="rubric-create"),
-    path("api/v1/rubrics/<int:rubric_id>/update", apis.RubricUpdateApi.as_view(), name="rubric-update"),
-    path("api/v1/rubrics/<int:rubric_id>/delete", apis.RubricDeleteApi.as_view(), name="rubric-delete"),
+    # /api/v1/runs/
+    path("api/v1/runs/", api_route(get=apis.RunListApi, post=apis.RunCreateApi), name="run-list"),
+    path("api/v1/runs/<uuid:run_id>/", apis.RunDetailApi.as_view(), name="run-detail"),
+    path("api/v1/runs/<uuid:run_id>/cancel/", apis.RunCancelApi.as_view(), name="run-cancel"),
+    # /api/v1/feedback/
+    path("api/v1/feedback/", apis.FeedbackListApi.as_view(), name="feedback-list"),
+    # /api/v1/rubrics/
+    path("api/v1/rubrics/", api_route(get=apis.RubricListApi, post=apis.RubricCreateApi), name="rubric-list"),
+    path("api/v1/rubrics/<int:rubric_id>/",
+         api_route(get=apis.RubricDetailApi, patch=apis.RubricUpdateApi, delete=apis.RubricDeleteApi),
+         name="rubric-detail"),
+    # The first paths, kept for existing clients (not in the schema).
+    path("api/v1/diagnosis/runs", apis.LegacyRunListApi.as_view(), name="legacy-run-list"),
+    path("api/v1/diagnosis/runs/create", apis.LegacyRunCreateApi.as_view(), name="legacy-run-create"),
+    path("api/v1/diagnosis/runs/<uuid:run_id>", apis.LegacyRunDetailApi.as_view(), name="legacy-run-detail"),
+    path("api/v1/diagnosis/runs/<uuid:run_id>/cancel", apis.LegacyRunCancelApi.as_view(), name="legacy-run-cancel"),
+    path("api/v1/diagnosis/runs/<uuid:run_id>/feedback", apis.LegacyFeedbackListApi.as_view(),
+         name="legacy-run-feedback"),
+    path("api/v1/rubrics", apis.LegacyRubricListApi.as_view(), name="legacy-rubric-list"),
+    path("api/v1/rubrics/create", apis.LegacyRubricCreateApi.as_view(), name="legacy-rubric-create"),
+    path("api/v1/rubrics/<int:rubric_id>/update", apis.LegacyRubricUpdateApi.as_view(), name="legacy-rubric-update"),
+    path("api/v1/rubrics/<int:rubric_id>/delete", apis.LegacyRubricDeleteApi.as_view(), name="legacy-rubric-delete"),
 ]

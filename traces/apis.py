@@ -1,22 +1,38 @@
-"""Ingestion endpoints. They keep the formats their clients expect (OTLP: ExportTraceServiceResponse and
-google.rpc.Status in the request's content type; Langfuse: 207 multi-status), not the /api/v1/ error body."""
+"""Ingestion endpoints, then the REST API of traces (/api/v1/traces/).
+
+The ingestion endpoints keep the formats their clients expect (OTLP: ExportTraceServiceResponse and google.rpc.Status
+in the request's content type; Langfuse: 207 multi-status), not the /api/v1/ error body."""
 
 import json
 import logging
 import uuid
 
+from django.conf import settings
+from django.db.models import Exists, OuterRef, QuerySet
+from django.db.models.functions import Coalesce
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from google.rpc import status_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+from rest_framework import serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
 
-from clear.errors import ClearError
+from clear.api.base import ProjectApi
+from clear.api.pagination import PAGINATION_PARAMETERS, page_body, paginate, paginated
+from clear.errors import ClearError, NotFoundError
+from clear.projects.models import Project
+from traces.models import Span, Trace
 from traces.normalize import LangfuseBatchError, OtlpDecodeError, decode_export_request, normalize_ingestion_batch
 from traces.normalize.otlp import content_kind
 from traces.receivers import IngestError, InFlightLimit, UnsupportedMediaType, authenticate, read_body
+from traces.selectors import span_list_for_trace, trace_get, trace_list
 from traces.services import langfuse_batch_ingest, spans_ingest
+from traces.services.lifecycle import trace_delete, trace_outcome_set
 
 logger = logging.getLogger(__name__)
 
@@ -139,3 +155,180 @@ def langfuse_scores(request: HttpRequest) -> HttpResponse:
         return JsonResponse({"accepted": len(batch.successes), "rejected": len(batch.errors),
                              "errors": [{"message": error["message"]} for error in batch.errors]}, status=207)
     return JsonResponse({"message": "Accepted"}, status=202)
+
+
+# --- REST API (/api/v1/traces/, project API keys) -------------------------------------------------------------------
+# One class per operation: validate → selector or service → serialize; errors are ClearErrors.
+
+TRACE_ID_PARAMETER = OpenApiParameter("trace_id", OpenApiTypes.STR, OpenApiParameter.PATH,
+                                      description="The trace id (32 hex digits for OTLP traces).")
+
+
+class TraceNotFoundError(NotFoundError):
+    pass
+
+
+def _trace_or_404(*, project: Project, trace_id: str) -> Trace:
+    # Trace ids are at most 32 characters; anything longer or unprintable cannot exist (and a NUL would make
+    # Postgres fail rather than find nothing).
+    trace = trace_get(project=project, trace_id=trace_id) if len(trace_id) <= 32 and trace_id.isprintable() else None
+    if trace is None:
+        raise TraceNotFoundError(f"No trace {trace_id} in this project.")
+    return trace
+
+
+def _traces_filtered(*, project: Project, release: str = "", outcome: str = "", node: str = "", since=None,
+                     until=None, task_id: str = "") -> QuerySet[Trace]:
+    """trace_list's filters plus node (a span of it), the start window and the task id."""
+    traces = trace_list(project=project, release=release or None, outcome=outcome or None)
+    if node:
+        traces = traces.filter(Exists(Span.objects.filter(trace=OuterRef("pk"), node=node)))
+    if since is not None:
+        traces = traces.filter(start_time__gte=since)
+    if until is not None:
+        traces = traces.filter(start_time__lt=until)
+    if task_id:
+        traces = traces.filter(task_id=task_id)
+    # Keyset order: traces without spans (no start yet) sort by arrival.
+    return traces.annotate(sort_time=Coalesce("start_time", "first_received_at"))
+
+
+class TraceOutputSerializer(serializers.Serializer):
+    trace_id = serializers.CharField()
+    name = serializers.CharField()
+    start_time = serializers.DateTimeField(allow_null=True)
+    end_time = serializers.DateTimeField(allow_null=True)
+    status = serializers.CharField(help_text="ok, error or unset")
+    span_count = serializers.IntegerField()
+    error_count = serializers.IntegerField()
+    input_tokens = serializers.IntegerField()
+    output_tokens = serializers.IntegerField()
+    cost = serializers.FloatField(allow_null=True)
+    outcome = serializers.CharField(allow_null=True, help_text="success, failure or null")
+    score = serializers.FloatField(allow_null=True)
+    outcome_source = serializers.CharField(help_text="root_span, score or api (empty when unknown)")
+    task_id = serializers.CharField()
+    release = serializers.CharField()
+    environment = serializers.CharField()
+    session_id = serializers.CharField()
+    user_id = serializers.CharField()
+    tags = serializers.ListField(child=serializers.CharField())
+    first_received_at = serializers.DateTimeField()
+    finalized_at = serializers.DateTimeField(allow_null=True)
+
+
+def _capped(value) -> tuple[object, bool]:
+    """A span's input or output as stored or, past CLEAR_API_SPAN_IO_MAX_CHARS, the start of its JSON text."""
+    if value is None:
+        return None, False
+    limit = settings.CLEAR_API_SPAN_IO_MAX_CHARS
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    if len(text) <= limit:
+        return value, False
+    return text[:limit], True
+
+
+class SpanOutputSerializer(serializers.Serializer):
+    span_id = serializers.CharField()
+    parent = serializers.CharField(source="parent_span_id", allow_null=True)
+    name = serializers.CharField()
+    kind = serializers.CharField(help_text="AGENT, LLM, TOOL, CHAIN, RETRIEVER, EMBEDDING, GUARDRAIL, EVALUATOR, "
+                                           "EVENT or SPAN")
+    node = serializers.CharField()
+    tool_name = serializers.CharField()
+    model = serializers.CharField()
+    status = serializers.CharField(help_text="ok, error or unset")
+    status_message = serializers.CharField()
+    start_time = serializers.DateTimeField()
+    end_time = serializers.DateTimeField(allow_null=True)
+    input_tokens = serializers.IntegerField(allow_null=True)
+    output_tokens = serializers.IntegerField(allow_null=True)
+    input = serializers.JSONField(allow_null=True, help_text="Cut to a string of CLEAR_API_SPAN_IO_MAX_CHARS "
+                                                             "characters when longer (input_truncated).")
+    output = serializers.JSONField(allow_null=True, help_text="Cut like input (output_truncated).")
+    input_truncated = serializers.BooleanField(default=False)
+    output_truncated = serializers.BooleanField(default=False)
+
+    def to_representation(self, span: Span) -> dict:
+        data = super().to_representation(span)
+        data["parent"] = data["parent"] or None
+        for name in ("input", "output"):
+            data[name], data[f"{name}_truncated"] = _capped(getattr(span, name))
+        return data
+
+
+class TraceListApi(ProjectApi):
+    """Traces of the key's project, newest first."""
+
+    class FilterSerializer(serializers.Serializer):
+        release = serializers.CharField(required=False, default="", max_length=200)
+        outcome = serializers.ChoiceField(choices=Trace.Outcome.values, required=False, default="")
+        node = serializers.CharField(required=False, default="", max_length=300,
+                                     help_text="traces with a span of this node")
+        since = serializers.DateTimeField(required=False, default=None, help_text="started at or after")
+        until = serializers.DateTimeField(required=False, default=None, help_text="started before")
+        task_id = serializers.CharField(required=False, default="", max_length=200)
+
+    @extend_schema(operation_id="traces_list", parameters=[FilterSerializer, *PAGINATION_PARAMETERS],
+                   responses=paginated(TraceOutputSerializer, "PaginatedTraceList"))
+    def get(self, request: Request) -> Response:
+        filters = self.FilterSerializer(data=request.query_params)
+        filters.is_valid(raise_exception=True)
+        traces = _traces_filtered(project=self.project(request), **filters.validated_data)
+        page = paginate(queryset=traces, request=request, ordering=("-sort_time", "-pk"))
+        return Response(page_body(page=page, results=TraceOutputSerializer(page.rows, many=True).data))
+
+
+class TraceDetailApi(ProjectApi):
+    """One trace with its spans (in start order; inputs and outputs cut to CLEAR_API_SPAN_IO_MAX_CHARS)."""
+
+    class OutputSerializer(TraceOutputSerializer):
+        root_span_id = serializers.CharField()
+        metadata = serializers.DictField()
+        spans = SpanOutputSerializer(many=True, source="spans_list")
+        spans_truncated = serializers.BooleanField(help_text="true when only the first CLEAR_API_TRACE_MAX_SPANS "
+                                                             "spans are listed")
+
+    @extend_schema(operation_id="traces_retrieve", parameters=[TRACE_ID_PARAMETER], responses=OutputSerializer)
+    def get(self, request: Request, trace_id: str) -> Response:
+        project = self.project(request)
+        trace = _trace_or_404(project=project, trace_id=trace_id)
+        limit = settings.CLEAR_API_TRACE_MAX_SPANS
+        spans = list(span_list_for_trace(project=project, trace=trace)[:limit + 1])
+        trace.spans_truncated = len(spans) > limit
+        trace.spans_list = spans[:limit]
+        return Response(self.OutputSerializer(trace).data)
+
+
+class TraceDeleteApi(ProjectApi):
+    """Delete a trace with its spans, scores, feedback and evidence; runs and insights that counted it are updated."""
+
+    @extend_schema(operation_id="traces_destroy", parameters=[TRACE_ID_PARAMETER], responses={204: None})
+    def delete(self, request: Request, trace_id: str) -> Response:
+        project = self.project(request)
+        trace_delete(project=project, trace=_trace_or_404(project=project, trace_id=trace_id))
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class TraceOutcomeApi(ProjectApi):
+    """Set a trace's outcome and/or score (0..1). It wins over outcomes from the root span or an outcome score."""
+
+    class InputSerializer(serializers.Serializer):
+        outcome = serializers.ChoiceField(choices=Trace.Outcome.values, required=False, allow_null=True,
+                                          default=None)
+        score = serializers.FloatField(required=False, allow_null=True, default=None, min_value=0, max_value=1,
+                                       help_text="0..1; without an outcome, >= 0.5 means success")
+
+        def validate(self, data: dict) -> dict:
+            if data.get("outcome") is None and data.get("score") is None:
+                raise serializers.ValidationError("Send an outcome (success or failure), a score from 0 to 1, or both.")
+            return data
+
+    @extend_schema(operation_id="traces_outcome_create", parameters=[TRACE_ID_PARAMETER], request=InputSerializer,
+                   responses=TraceOutputSerializer)
+    def post(self, request: Request, trace_id: str) -> Response:
+        project = self.project(request)
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        trace = trace_outcome_set(trace=_trace_or_404(project=project, trace_id=trace_id), **data.validated_data)
+        return Response(TraceOutputSerializer(trace).data)

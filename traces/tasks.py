@@ -14,3 +14,11 @@ def outbox_sweep() -> None:
 
     outbox_dispatch()
     outbox_prune()
+
+
+@shared_task(name="traces.enforce_retention", ignore_result=True)
+def enforce_retention() -> None:
+    """Daily (CELERY_BEAT_SCHEDULE): delete traces older than their project's retention_days."""
+    from traces.services.lifecycle import traces_retention_enforce
+
+    traces_retention_enforce()

@@ -52,7 +52,9 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "clear.projects",
+    "clear.webhooks",
     "traces",
     "diagnosis",
     "diagnosis.attribution",
@@ -216,3 +218,41 @@ CLEAR_JUDGE_API_BASE = env_str("CLEAR_JUDGE_API_BASE")
 CLEAR_JUDGE_API_KEY = env_str("CLEAR_JUDGE_API_KEY")
 CLEAR_EMBEDDING_MODEL = env_str("CLEAR_EMBEDDING_MODEL")
 CLEAR_TRACE_QUIET_SECONDS = env_float("CLEAR_TRACE_QUIET_SECONDS", 30.0)
+
+# REST API (/api/v1/, clear/api/): rate limit per API key, docs UI served from drf-spectacular-sidecar (no CDN).
+CLEAR_API_RATE = env_str("CLEAR_API_RATE", "600/min")  # "<n>/<s|min|h|d>"; empty: no limit
+CLEAR_API_SPAN_IO_MAX_CHARS = env_int("CLEAR_API_SPAN_IO_MAX_CHARS", 20_000)  # span input/output in trace detail
+CLEAR_API_TRACE_MAX_SPANS = env_int("CLEAR_API_TRACE_MAX_SPANS", 5_000)
+# The rate limit's counters: Redis when there is one, so every web process counts against the same limit.
+CLEAR_API_THROTTLE_CACHE = "api_throttle"
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    CLEAR_API_THROTTLE_CACHE: {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}
+    if REDIS_URL else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "api-throttle"},
+}
+REST_FRAMEWORK["DEFAULT_THROTTLE_CLASSES"] = ["clear.api.throttling.ApiKeyRateThrottle"]
+REST_FRAMEWORK["DEFAULT_SCHEMA_CLASS"] = "clear.api.schema.AutoSchema"
+SPECTACULAR_SETTINGS.update({
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {
+        "DiagnosisRunStatusEnum": "diagnosis.models.DiagnosisRun.Status",
+        "FeedbackStatusEnum": "diagnosis.models.Feedback.Status",
+        "WebhookDeliveryStatusEnum": "clear.webhooks.models.WebhookDelivery.Status",
+    },
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "clear.api.schema.error_responses_hook"],
+})
+
+# Webhooks (clear/webhooks/): attempts per delivery, exponential backoff between them, request timeout.
+CLEAR_WEBHOOK_MAX_ATTEMPTS = env_int("CLEAR_WEBHOOK_MAX_ATTEMPTS", 8)
+CLEAR_WEBHOOK_BACKOFF_SECONDS = env_float("CLEAR_WEBHOOK_BACKOFF_SECONDS", 30.0)
+CLEAR_WEBHOOK_BACKOFF_MAX_SECONDS = env_float("CLEAR_WEBHOOK_BACKOFF_MAX_SECONDS", 1800.0)
+CLEAR_WEBHOOK_TIMEOUT_SECONDS = env_float("CLEAR_WEBHOOK_TIMEOUT_SECONDS", 10.0)
+CELERY_BEAT_SCHEDULE.update({
+    # Re-sends webhook deliveries whose message was lost.
+    "webhooks-sweep": {"task": "webhooks.sweep", "schedule": 60.0},
+    # Deletes traces older than their project's retention_days, once a day.
+    "traces-retention": {"task": "traces.enforce_retention", "schedule": 24 * 3600.0},
+})

@@ -1,0 +1,9 @@
+from clear.errors import ClearError, NotFoundError
+
+
+class WebhookInvalidError(ClearError):
+    code = "webhook_invalid"
+
+
+class WebhookNotFoundError(NotFoundError):
+    pass

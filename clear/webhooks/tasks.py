@@ -1,0 +1,21 @@
+"""Celery entrypoints of the webhooks app: load by id, call a service. Safe to run twice (see services)."""
+
+from celery import shared_task
+
+
+@shared_task(name="webhooks.deliver", bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True,
+             max_retries=None)
+def deliver_webhook(self, delivery_id: str) -> None:
+    # Attempts are counted and bounded on the delivery row (CLEAR_WEBHOOK_MAX_ATTEMPTS), not by Celery.
+    from clear.webhooks.services import webhook_delivery_attempt
+
+    retry_in = webhook_delivery_attempt(delivery_id=delivery_id)
+    if retry_in is not None:
+        raise self.retry(countdown=retry_in)
+
+
+@shared_task(name="webhooks.sweep", ignore_result=True)
+def sweep_webhook_deliveries() -> None:
+    from clear.webhooks.services import webhook_deliveries_sweep
+
+    webhook_deliveries_sweep()
