@@ -327,8 +327,8 @@ class TraceOutcomeApi(ProjectApi):
     @extend_schema(operation_id="traces_outcome_create", parameters=[TRACE_ID_PARAMETER], request=InputSerializer,
                    responses=TraceOutputSerializer)
     def post(self, request: Request, trace_id: str) -> Response:
-        project = self.project(request)
+        trace = _trace_or_404(project=self.project(request), trace_id=trace_id)
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        trace = trace_outcome_set(trace=_trace_or_404(project=project, trace_id=trace_id), **data.validated_data)
+        trace = trace_outcome_set(trace=trace, **data.validated_data)
         return Response(TraceOutputSerializer(trace).data)

@@ -1,0 +1,87 @@
+import secrets
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from django.core.cache import caches
+from rest_framework.test import APIClient
+
+from clear.projects.services import api_key_create
+from clear.webhooks.models import WebhookDelivery
+from clear.webhooks.services import webhook_create
+from diagnosis.models import DiagnosisRun, Feedback, Rubric, RunTrace
+from traces.models import Score, Span, Trace
+
+T0 = datetime(2025, 3, 1, 12, 0, tzinfo=timezone.utc)
+
+
+def make_trace(project, *, trace_id: str | None = None, start: datetime = T0, release: str = "r1",
+               outcome: str | None = None, node: str = "planner", spans: int = 2, task_id: str = "",
+               span_input=None) -> Trace:
+    trace = Trace.objects.create(
+        project=project, trace_id=trace_id or secrets.token_hex(16), name="answer", start_time=start,
+        end_time=start + timedelta(seconds=spans), release=release, outcome=outcome,
+        outcome_source="root_span" if outcome else "", task_id=task_id, span_count=spans, root_span_id="a" * 16,
+    )
+    for index in range(spans):
+        Span.objects.create(
+            project=project, trace=trace, span_id=f"{index + 10:016x}" if index else "a" * 16,
+            parent_span_id="" if index == 0 else "a" * 16, name=f"step {index}",
+            kind=Span.Kind.AGENT if index == 0 else Span.Kind.LLM, node=node, model="gpt-test",
+            input=span_input if span_input is not None else {"q": f"question {index}"}, output={"a": "answer"},
+            status="ok", start_time=start + timedelta(seconds=index), end_time=start + timedelta(seconds=index + 1),
+            input_tokens=10, output_tokens=5,
+        )
+    return trace
+
+
+@dataclass
+class ProjectData:
+    """One object of every kind the API exposes, in one project."""
+
+    project: object
+    key: object
+    trace: Trace
+    run: DiagnosisRun
+    feedback: Feedback
+    rubric: Rubric
+    webhook: object
+    delivery: WebhookDelivery
+
+    def client(self) -> APIClient:
+        return APIClient(HTTP_AUTHORIZATION=f"Bearer {self.key.secret}")
+
+
+def make_project_data(project, user) -> ProjectData:
+    key = api_key_create(project=project, name="api tests", created_by=user)
+    trace = make_trace(project)
+    Score.objects.create(project=project, trace=trace, name="quality", value=0.3)
+    run = DiagnosisRun.objects.create(project=project, status=DiagnosisRun.Status.SUCCEEDED, judges=["rules"],
+                                      total_count=1, done_count=1)
+    RunTrace.objects.create(run=run, trace=trace, status=RunTrace.Status.DONE)
+    feedback = Feedback.objects.create(run=run, project=project, trace=trace, judge="rule.span_error",
+                                       judge_kind="rule", verdict=Feedback.Verdict.FAIL, target_span_id="a" * 16)
+    rubric = Rubric.objects.create(project=project, name="never refund", kind=Rubric.Kind.TOOL_NEVER,
+                                   config={"tool": "refund"})
+    webhook = webhook_create(project=project, url="http://127.0.0.1:9/hook", events=["diagnosis_run.finished"])
+    delivery = WebhookDelivery.objects.create(webhook=webhook, project=project, event="diagnosis_run.finished",
+                                              payload={"event": "diagnosis_run.finished"})
+    return ProjectData(project=project, key=key, trace=trace, run=run, feedback=feedback, rubric=rubric,
+                       webhook=webhook, delivery=delivery)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_rate_limits():
+    caches["api_throttle"].clear()
+    yield
+    caches["api_throttle"].clear()
+
+
+@pytest.fixture
+def mine(project, owner):
+    return make_project_data(project, owner)
+
+
+@pytest.fixture
+def theirs(outsider_project, outsider):
+    return make_project_data(outsider_project, outsider)

@@ -1,0 +1,125 @@
+"""Every operation in the served schema: another project's object by id is a 404, lists never include it, and no
+key is a 401 in the API's error body. New endpoints join these tests by being in the schema."""
+
+import re
+
+import pytest
+from django.urls import URLPattern, URLResolver, get_resolver
+from drf_spectacular.generators import SchemaGenerator
+from rest_framework.test import APIClient
+
+from clear.webhooks.models import Webhook
+from diagnosis.models import DiagnosisRun, Rubric
+from traces.models import Trace
+
+pytestmark = pytest.mark.django_db
+
+SCHEMA = SchemaGenerator().get_schema(request=None, public=True)
+OPERATIONS = sorted(
+    (method.upper(), path) for path, methods in SCHEMA["paths"].items() if path.startswith("/api/v1/")
+    for method in methods if method in ("get", "post", "put", "patch", "delete")
+)
+# How to name each project's object in a path; an endpoint with a new parameter fails here until it is added.
+PATH_OBJECTS = {
+    "trace_id": lambda data: data.trace.trace_id,
+    "run_id": lambda data: str(data.run.id),
+    "rubric_id": lambda data: data.rubric.id,
+    "webhook_id": lambda data: data.webhook.id,
+}
+# The row field that identifies each list's objects, and that object in a project's data.
+LISTS = {
+    "/api/v1/traces/": ("trace_id", lambda data: data.trace.trace_id),
+    "/api/v1/runs/": ("id", lambda data: str(data.run.id)),
+    "/api/v1/feedback/": ("id", lambda data: data.feedback.id),
+    "/api/v1/rubrics/": ("id", lambda data: data.rubric.id),
+    "/api/v1/webhooks/": ("id", lambda data: data.webhook.id),
+}
+BODIES = {
+    ("POST", "/api/v1/traces/{trace_id}/outcome/"): {"outcome": "failure"},
+    ("PATCH", "/api/v1/rubrics/{rubric_id}/"): {"name": "renamed"},
+    ("PATCH", "/api/v1/webhooks/{webhook_id}/"): {"active": False},
+}
+
+
+def _params(path: str) -> list[str]:
+    return re.findall(r"{(\w+)}", path)
+
+
+def _url(path: str, data) -> str:
+    for name in _params(path):
+        assert name in PATH_OBJECTS, f"add how to name a {name} to PATH_OBJECTS"
+        path = path.replace("{" + name + "}", str(PATH_OBJECTS[name](data)))
+    return path
+
+
+def _call(client: APIClient, method: str, url: str, body: dict | None = None):
+    return getattr(client, method.lower())(url, body or {}, format="json") if method != "GET" \
+        else client.get(url)
+
+
+def _assert_error_body(response, status: int) -> dict:
+    assert response.status_code == status, (response.status_code, response.content[:500])
+    body = response.json()
+    assert set(body) == {"message", "code", "extra"}, body
+    return body
+
+
+def test_the_schema_lists_the_endpoints():
+    paths = {path for _, path in OPERATIONS}
+    assert {"/api/v1/traces/", "/api/v1/traces/{trace_id}/", "/api/v1/traces/{trace_id}/outcome/", "/api/v1/runs/",
+            "/api/v1/runs/{run_id}/", "/api/v1/runs/{run_id}/cancel/", "/api/v1/feedback/", "/api/v1/rubrics/",
+            "/api/v1/rubrics/{rubric_id}/", "/api/v1/webhooks/", "/api/v1/webhooks/{webhook_id}/",
+            "/api/v1/webhooks/{webhook_id}/deliveries/"} <= paths
+
+
+def _routes(patterns, prefix=""):
+    for pattern in patterns:
+        if isinstance(pattern, URLResolver):
+            yield from _routes(pattern.url_patterns, prefix + str(pattern.pattern))
+        elif isinstance(pattern, URLPattern):
+            yield prefix + str(pattern.pattern), pattern.name or ""
+
+
+def test_every_api_route_is_in_the_schema():
+    paths = {path for _, path in OPERATIONS}
+    for route, name in _routes(get_resolver().url_patterns):
+        if not route.startswith("api/v1/") or name.startswith("legacy-") or name == "api-not-found":
+            continue
+        assert "/" + re.sub(r"<(?:\w+:)?(\w+)>", r"{\1}", route) in paths, route
+
+
+@pytest.mark.parametrize("method, path", [op for op in OPERATIONS if _params(op[1])])
+def test_another_projects_object_is_not_found(method, path, mine, theirs):
+    response = _call(mine.client(), method, _url(path, theirs), BODIES.get((method, path)))
+    _assert_error_body(response, 404)
+    # Nothing of theirs changed.
+    assert Trace.objects.filter(pk=theirs.trace.pk, outcome=None).exists()
+    assert DiagnosisRun.objects.get(pk=theirs.run.pk).status == DiagnosisRun.Status.SUCCEEDED
+    assert Rubric.objects.get(pk=theirs.rubric.pk).name == theirs.rubric.name
+    assert Webhook.objects.get(pk=theirs.webhook.pk).active
+    # The owner reaches the same object.
+    if method == "GET":
+        assert _call(theirs.client(), method, _url(path, theirs)).status_code == 200
+
+
+@pytest.mark.parametrize("method, path", [op for op in OPERATIONS if op[0] == "GET" and not _params(op[1])
+                                          and op[1] != "/api/v1/project/"])
+def test_lists_hold_only_the_keys_project(method, path, mine, theirs):
+    assert path in LISTS, f"add {path} to LISTS (its id field) so its scoping is tested"
+    field, identify = LISTS[path]
+    body = mine.client().get(path).json()
+    ids = {row[field] for row in body["results"]}
+    assert identify(mine) in ids
+    assert identify(theirs) not in ids
+
+
+@pytest.mark.parametrize("method, path", OPERATIONS)
+def test_a_missing_key_is_401_with_the_error_body(method, path, mine):
+    body = _assert_error_body(_call(APIClient(), method, _url(path, mine), BODIES.get((method, path))), 401)
+    assert body["code"] == "missing_credentials"
+
+
+@pytest.mark.parametrize("method, path", OPERATIONS)
+def test_a_wrong_key_is_401(method, path, mine):
+    client = APIClient(HTTP_AUTHORIZATION="Bearer sk-clear-not-a-key")
+    assert _assert_error_body(_call(client, method, _url(path, mine)), 401)["code"] == "invalid_credentials"
