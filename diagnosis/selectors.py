@@ -83,3 +83,101 @@ def diagnosis_run_summary(*, project: Project, run: DiagnosisRun) -> RunSummary:
         input_tokens=run.input_tokens, output_tokens=run.output_tokens, cost=run.cost, errors=run.error_count,
         dropped_evidence=run.dropped_evidence,
     )
+
+
+# --- insights (diagnosis/insights/) --------------------------------------------------------------------------------
+
+
+def insight_list(*, project: Project, level: str | None = None, node: str | None = None,
+                 severity: str | list[str] | None = None, status: str | list[str] | None = None,
+                 release: str | None = None, run: DiagnosisRun | None = None, review: str | None = None,
+                 include_rejected: bool = False, include_other: bool = True,
+                 include_merged: bool = False) -> QuerySet:
+    """The project's insights, most recently seen and most frequent first. Rejected insights, and insights merged
+    into another, are hidden unless asked for (or `review="rejected"`); "other" buckets (statements that fit no
+    cluster) are listed unless include_other=False. release / run: insights that occurred in traces of that release
+    / in that run."""
+    from diagnosis.models import Insight
+
+    insights = Insight.objects.filter(project=project)
+    if level:
+        insights = insights.filter(level=level)
+    if node is not None:
+        insights = insights.filter(node=node)
+    if severity:
+        insights = insights.filter(severity__in=[severity] if isinstance(severity, str) else list(severity))
+    if status:
+        insights = insights.filter(status__in=[status] if isinstance(status, str) else list(status))
+    if review:
+        insights = insights.filter(review=review)
+    elif not include_rejected:
+        insights = insights.exclude(review=Insight.Review.REJECTED)
+    if not include_merged:
+        insights = insights.filter(merged_into__isnull=True)
+    if not include_other:
+        insights = insights.filter(is_other=False)
+    if run is not None:
+        insights = insights.filter(occurrences__run=run)
+    if release is not None:
+        insights = insights.filter(occurrences__releases__has_key=release)
+    return insights.distinct().order_by("is_other", "-last_seen", "-frequency", "-count", "pk")
+
+
+def insight_get(*, project: Project, insight_id) -> "Insight":  # noqa: F821
+    from diagnosis.insights.errors import InsightNotFoundError
+    from diagnosis.models import Insight
+
+    try:
+        insight = Insight.objects.filter(project=project, pk=int(insight_id)).first()
+    except (TypeError, ValueError):
+        insight = None
+    if insight is None:
+        raise InsightNotFoundError(f"No insight {insight_id} in this project")
+    return insight
+
+
+def insight_evidence_list(*, project: Project, insight, run: DiagnosisRun | None = None) -> QuerySet:
+    """Verified citations of the insight (and of insights merged into it), newest run first."""
+    from diagnosis.models import InsightEvidence
+
+    evidence = InsightEvidence.objects.filter(insight__project=project, insight=insight)
+    if run is not None:
+        evidence = evidence.filter(run=run)
+    return evidence.select_related("trace", "run").order_by("-run__created_at", "trace_id", "span_id", "pk")
+
+
+def insight_statement_list(*, project: Project, insight, run: DiagnosisRun | None = None,
+                           include_excluded: bool = False) -> QuerySet:
+    """The statements the insight holds (at its level), e.g. to choose the ones to split off."""
+    from diagnosis.models import Insight, InsightStatement
+
+    field = "node_insight" if insight.level == Insight.Level.NODE else "system_insight"
+    statements = InsightStatement.objects.filter(project=project, **{field: insight})
+    if run is not None:
+        statements = statements.filter(run=run)
+    if not include_excluded:
+        statements = statements.filter(excluded=False)
+    return statements.select_related("trace").order_by("run_id", "trace_id", "feedback_id", "position")
+
+
+@dataclass
+class InsightTrend:
+    by_release: list[dict]  # [{release, count, judged, frequency, run}], see diagnosis/insights/trend.py
+    by_run: list[dict]  # [{run, run_name, release, created_at, count, traces, judged, frequency, lift}]
+
+
+def insight_trend(*, project: Project, insight) -> InsightTrend:
+    from diagnosis.insights.trend import trend_by_run
+
+    insight = insight_get(project=project, insight_id=insight.pk)
+    return InsightTrend(by_release=list(insight.trend or []), by_run=trend_by_run(insight=insight))
+
+
+def insight_links(*, project: Project, insight) -> QuerySet:
+    """Node-level insights a system insight contains, or system insights a node insight belongs to."""
+    from diagnosis.models import Insight, InsightLink
+
+    links = InsightLink.objects.filter(system__project=project)
+    if insight.level == Insight.Level.SYSTEM:
+        return links.filter(system=insight).select_related("node").order_by("-shared")
+    return links.filter(node=insight).select_related("system").order_by("-shared")

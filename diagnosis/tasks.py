@@ -40,3 +40,25 @@ def continuous_diagnosis() -> None:
 
     continuous_tick()
     diagnosis_runs_sweep()
+    from diagnosis.services.insights import insights_sweep
+
+    insights_sweep()
+
+
+@shared_task(name="diagnosis.build_insights", bind=True, acks_late=True, reject_on_worker_lost=True,
+             ignore_result=True, max_retries=3)
+def build_insights(self, run_id: str) -> None:
+    """Cluster a finished run's feedback into insights; claims the run, so a redelivered message does nothing."""
+    from django.db import OperationalError
+
+    from diagnosis.services.insights import insights_build_by_id
+
+    try:
+        insights_build_by_id(run_id=run_id)
+    except OperationalError as exc:  # the database went away for a moment: the build claims again on retry
+        if self.request.retries < self.max_retries:
+            from diagnosis.models import DiagnosisRun
+
+            DiagnosisRun.objects.filter(pk=run_id, insights_status="failed").update(insights_status="queued")
+            raise self.retry(exc=exc, countdown=min(60, 5 * 2 ** self.request.retries)) from exc
+        raise

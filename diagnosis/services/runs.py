@@ -342,7 +342,18 @@ def run_finish_if_complete(*, run_id) -> bool:
         status=Status.SUCCEEDED, finished_at=timezone.now())
     if finished:
         logger.info("diagnosis.run_succeeded run=%s", run_id)
+    _insights_request(run_id)
     return bool(finished)
+
+
+def _insights_request(run_id) -> None:
+    """A run that ended (succeeded or out of budget) with no trace still open gets its insights built, once."""
+    from diagnosis.services.insights import insights_run_request
+
+    try:
+        insights_run_request(run_id=run_id)
+    except Exception:  # noqa: BLE001 - insights are derived data; the sweep asks again
+        logger.exception("diagnosis.insights_request_failed run=%s", run_id)
 
 
 def _item_skip(item_id: int, run_id) -> None:

@@ -100,6 +100,7 @@ class Command(BaseCommand):
         if options["inline"]:
             run = diagnosis_run_execute(run=run, progress=self._progress)
             self._end_progress()
+            self._insights(run)
         elif options["wait"]:
             run = self._wait(run, timeout=options["timeout"], poll=max(0.1, options["poll_seconds"]))
         else:
@@ -108,6 +109,14 @@ class Command(BaseCommand):
         self._summary(run)
         if run.status == DiagnosisRun.Status.FAILED:
             raise CommandError(f"The run failed: {run.failure_message}")
+
+    def _insights(self, run: DiagnosisRun) -> None:
+        from diagnosis.management.commands.build_insights import write_summary
+        from diagnosis.services.insights import insights_build
+
+        summary = insights_build(run=run)  # None unless the run succeeded or ran out of budget
+        if summary is not None:
+            write_summary(self.stdout.write, project=run.project, run=run, summary=summary)
 
     def _wait(self, run: DiagnosisRun, *, timeout: float | None, poll: float) -> DiagnosisRun:
         started = time.monotonic()

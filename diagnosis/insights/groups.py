@@ -1,0 +1,91 @@
+"""Final statement groups as library Clusters, so they can be named (offline or by the LLM) and fingerprinted
+after identity matching has pooled, split or merged the run's raw clusters."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+
+import numpy as np
+
+from diagnosis.clustering.statements import normalize_text
+from diagnosis.insights.identity import Group
+from diagnosis.insights.statements import SEVERITY_RANK, Draft
+
+N_EXAMPLES = 5
+TITLE_MAX_CHARS = 80
+
+
+def group_centroid(rows: list[int], vectors: np.ndarray) -> np.ndarray:
+    mean = vectors[rows].astype(np.float64).mean(axis=0)
+    norm = float(np.linalg.norm(mean)) or 1.0
+    return (mean / norm).astype(np.float32)
+
+
+def group_cluster(*, key: str, group: Group, drafts: list[Draft], vectors: np.ndarray):
+    """A diagnosis.clustering.Cluster for the group (medoid and examples nearest the centroid, distinct texts)."""
+    from diagnosis.clustering import Cluster
+
+    rows = group.rows
+    centroid = group_centroid(rows, vectors)
+    sims = vectors[rows] @ centroid
+    order = np.lexsort((np.asarray(rows), -sims))
+    examples: list[str] = []
+    seen: set[str] = set()
+    for j in order:
+        draft = drafts[rows[j]]
+        norm = normalize_text(draft.text)
+        if norm in seen:
+            continue
+        seen.add(norm)
+        if len(examples) < N_EXAMPLES:
+            examples.append(draft.key)
+    return Cluster(
+        id=key, level=group.level, node=group.node, member_ids=[drafts[r].key for r in rows], centroid=centroid,
+        medoid_id=examples[0], size=len(rows), distinct_count=len(seen), cohesion=float(sims.mean()),
+        example_ids=examples, trace_ids=sorted({drafts[r].trace_id for r in rows}),
+        nodes=dict(Counter(drafts[r].node for r in rows).most_common()),
+        severities=dict(Counter(drafts[r].severity for r in rows).most_common()),
+    )
+
+
+def group_severity(rows: list[int], drafts: list[Draft]) -> str:
+    """The highest severity carried by at least a quarter of the statements (else the most common one)."""
+    counts = Counter(drafts[r].severity for r in rows)
+    total = sum(counts.values())
+    for severity in sorted(SEVERITY_RANK, key=SEVERITY_RANK.get, reverse=True):
+        if counts.get(severity, 0) * 4 >= total:
+            return severity
+    return counts.most_common(1)[0][0] if counts else "medium"
+
+
+def groups_name(*, groups: list[Group], drafts: list[Draft], vectors: np.ndarray, llm=None) -> dict[int, tuple]:
+    """group index -> (Cluster, ClusterName) for every group that is not an "other" bucket. Names are computed per
+    (level, node) so that the distinctive terms are distinctive against the sibling insights."""
+    from diagnosis.clustering import name_clusters
+
+    texts = {d.key: d.text for d in drafts}
+    by_scope: dict[tuple[str, str], list[tuple[int, object]]] = {}
+    for index, group in enumerate(groups):
+        if group.is_other or not group.rows:
+            continue
+        cluster = group_cluster(key=f"g{index}", group=group, drafts=drafts, vectors=vectors)
+        by_scope.setdefault((group.level, group.node), []).append((index, cluster))
+    titles = {d.key: d.title for d in drafts if d.title}
+    out: dict[int, tuple] = {}
+    for items in by_scope.values():
+        names = name_clusters([c for _, c in items], texts, llm=llm)
+        for index, cluster in items:
+            name = names[cluster.id]
+            if name.source == "offline" and cluster.medoid_id in titles:
+                name = replace(name, title=clip(titles[cluster.medoid_id]))
+            out[index] = (cluster, name)
+    return out
+
+
+def clip(text: str, limit: int = TITLE_MAX_CHARS) -> str:
+    """A judge's issue title as an insight title: whitespace collapsed, cut at a word boundary."""
+    text = " ".join(text.split()).rstrip(" .")
+    if len(text) <= limit:
+        return text
+    return text[: limit - 1].rsplit(" ", 1)[0].rstrip(" ,;:") + "\u2026"

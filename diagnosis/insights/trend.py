@@ -1,0 +1,56 @@
+"""Trend by release: for each release, the latest run with insights that judged traces of that release says how
+many of them had the insight (InsightOccurrence.releases) out of how many were judged (the run's
+insights_summary["judged_by_release"]). A release judged again later is described by the later run only, so
+re-running a release never double-counts it, and a fixed insight shows 0 for the releases judged after the fix."""
+
+from __future__ import annotations
+
+from django.db.models import Q
+
+from diagnosis.models import DiagnosisRun, Insight, InsightOccurrence
+
+
+def _latest_by_release(*, project_id: int, current_run_id=None) -> tuple[list[str], dict[str, object], dict[str, int]]:
+    runs = DiagnosisRun.objects.filter(project_id=project_id).filter(
+        Q(insights_status="done") | Q(pk=current_run_id)).order_by("created_at", "pk")
+    order: list[str] = []
+    latest: dict[str, object] = {}
+    judged: dict[str, int] = {}
+    for run_pk, summary in runs.values_list("pk", "insights_summary"):
+        for release, n in ((summary or {}).get("judged_by_release") or {}).items():
+            if release not in latest:
+                order.append(release)
+            latest[release], judged[release] = run_pk, int(n)
+    return order, latest, judged
+
+
+def _trend(insight_id: int, order, latest, judged, counts) -> list[dict]:
+    out = []
+    for release in order:
+        run_pk = latest[release]
+        count = int((counts.get((insight_id, run_pk)) or {}).get(release, 0))
+        n = judged[release]
+        out.append({"release": release, "count": count, "judged": n, "frequency": round(count / n, 6) if n else 0.0,
+                    "run": str(run_pk)})
+    return out
+
+
+def trend_refresh(*, project_id: int, current_run_id=None) -> int:
+    """Recompute Insight.trend for every live insight of the project; returns how many were written."""
+    order, latest, judged = _latest_by_release(project_id=project_id, current_run_id=current_run_id)
+    counts = {(i, r): rel for i, r, rel in InsightOccurrence.objects.filter(
+        insight__project_id=project_id, run_id__in=set(latest.values())).values_list("insight_id", "run_id",
+                                                                                       "releases")}
+    insights = list(Insight.objects.filter(project_id=project_id, merged_into__isnull=True).only("pk", "trend"))
+    for insight in insights:
+        insight.trend = _trend(insight.pk, order, latest, judged, counts)
+    Insight.objects.bulk_update(insights, ["trend"], batch_size=500)
+    return len(insights)
+
+
+def trend_by_run(*, insight: Insight) -> list[dict]:
+    """The insight's figures in every run it occurred in, oldest first."""
+    rows = InsightOccurrence.objects.filter(insight=insight).select_related("run").order_by("run__created_at")
+    return [{"run": str(o.run_id), "run_name": o.run.name, "release": o.run.release, "created_at": o.run.created_at,
+             "count": o.count, "traces": o.trace_count, "judged": o.judged, "frequency": o.frequency,
+             "lift": o.lift} for o in rows]

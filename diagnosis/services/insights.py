@@ -1,0 +1,202 @@
+"""Building insights from a finished diagnosis run (issue #6; method in diagnosis/insights/METHOD.md).
+
+`insights_run_request` is called when a run reaches succeeded / budget_exhausted: it marks the run queued and sends
+`diagnosis.build_insights` after commit (runs executed in-process are built by their caller). `insights_build` claims
+the run with a conditional update on `insights_status` (so a redelivered task does nothing), then: statements from
+the run's problem feedback → vectors (database cache) → clusters per node and system-wide → identity against the
+project's insights under the project row's lock → names → rows. `insights_sweep` re-sends builds whose message was
+lost or whose worker died.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import datetime, timedelta
+
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from clear.projects.models import Project
+from diagnosis.insights.embedding import centroid_of, embedder_get, statement_vectors
+from diagnosis.insights.groups import groups_name
+from diagnosis.insights.identity import Known, groups_assign, identity_threshold
+from diagnosis.insights.naming import NamingUsage, llm_namer_build, naming_model
+from diagnosis.insights.persist import RunData, insights_write
+from diagnosis.insights.recompute import judged_traces
+from diagnosis.insights.statements import statements_collect
+from diagnosis.insights.trend import trend_refresh
+from diagnosis.models import (
+    DiagnosisRun,
+    Insight,
+    InsightEvidence,
+    InsightOccurrence,
+    InsightStatement,
+)
+
+logger = logging.getLogger(__name__)
+
+FINISHED = (DiagnosisRun.Status.SUCCEEDED, DiagnosisRun.Status.BUDGET_EXHAUSTED)
+STALE_SECONDS = 1800  # a build "running" this long lost its worker: it may be claimed again
+RESEND_SECONDS = 900  # a build "queued" this long lost its message: it is sent again
+SWEEP_LOOKBACK_HOURS = 48  # finished runs older than this are not built automatically (manage.py build_insights)
+
+
+def _send(run_id) -> None:
+    from diagnosis.tasks import build_insights as build_insights_task
+
+    try:
+        build_insights_task.delay(str(run_id))
+    except Exception:  # noqa: BLE001 - insights_sweep re-sends builds left queued
+        logger.exception("insights.enqueue_failed run=%s", run_id)
+
+
+def insights_run_request(*, run_id) -> bool:
+    """Queue the insights build of a finished run, once. Runs executed in-process (diagnose --inline) are left to
+    their caller. Returns True when a build was queued."""
+    run = DiagnosisRun.objects.filter(pk=run_id, status__in=FINISHED, insights_status="").only("config").first()
+    if run is None or (run.config or {}).get("inline"):
+        return False
+    if not DiagnosisRun.objects.filter(pk=run_id, insights_status="").update(insights_status="queued",
+                                                                           insights_started_at=timezone.now()):
+        return False
+    transaction.on_commit(lambda: _send(run_id))
+    return True
+
+
+def _claim(*, run_id, force: bool) -> bool:
+    now = timezone.now()
+    stale = Q(insights_status="running", insights_started_at__lt=now - timedelta(seconds=STALE_SECONDS))
+    claimable = Q(insights_status__in=["", "queued"]) | stale
+    if force:
+        claimable |= Q(insights_status__in=["done", "failed"])
+    return bool(DiagnosisRun.objects.filter(claimable, pk=run_id, status__in=FINISHED).update(
+        insights_status="running", insights_started_at=now, insights_error=""))
+
+
+def _known(*, project_id: int, model_id: str) -> list[Known]:
+    rows = Insight.objects.filter(project_id=project_id, is_other=False, embedding_model=model_id[:300]) \
+        .exclude(centroid=None).values_list("pk", "level", "node", "centroid", "fingerprint", "merged_into_id",
+                                            "split_from_id")
+    return [Known(pk, level, node, centroid_of(raw), fp, merged, split)
+            for pk, level, node, raw, fp, merged, split in rows if raw]
+
+
+def _forget_run(run: DiagnosisRun) -> None:
+    InsightEvidence.objects.filter(run=run).delete()
+    InsightStatement.objects.filter(run=run).delete()
+    InsightOccurrence.objects.filter(run=run).delete()
+
+
+def _drop_orphans(run: DiagnosisRun) -> int:
+    """After a rebuild: insights this run created that nothing holds any more (no occurrence, never reviewed)."""
+    orphans = Insight.objects.filter(first_run=run, is_other=False, review=Insight.Review.UNREVIEWED,
+                                     status=Insight.Status.OPEN, occurrences__isnull=True, merged_from__isnull=True,
+                                     split_into__isnull=True, split_from__isnull=True)
+    return orphans.delete()[0]
+
+
+def insights_build(*, run: DiagnosisRun, force: bool = False) -> dict | None:
+    """Build or update the project's insights from one finished run. Returns the run's insights summary, or None
+    when the run is not finished or another build has it (or did it: pass force=True to rebuild)."""
+    if not _claim(run_id=run.pk, force=force):
+        return None
+    try:
+        summary = _build(DiagnosisRun.objects.get(pk=run.pk), rebuild=force)
+    except Exception as exc:
+        DiagnosisRun.objects.filter(pk=run.pk).update(insights_status="failed", insights_finished_at=timezone.now(),
+                                                      insights_error=f"{type(exc).__name__}: {exc}"[:5000])
+        raise
+    run.refresh_from_db()
+    return summary
+
+
+def insights_build_by_id(*, run_id) -> dict | None:
+    run = DiagnosisRun.objects.filter(pk=run_id).first()
+    return insights_build(run=run) if run is not None else None
+
+
+def _build(run: DiagnosisRun, *, rebuild: bool) -> dict:
+    from diagnosis.clustering import Statement, cluster_per_node_and_system, fingerprint, name_clusters
+
+    started = time.monotonic()
+    drafts = statements_collect(run=run)
+    embedder = embedder_get()
+    vectors, keys, embedded = statement_vectors([d.text for d in drafts], embedder)
+    statements = [Statement(id=d.key, text=d.text, node=d.node, trace_id=str(d.trace_pk), span_id=d.span_id or None,
+                            severity=d.severity, source=d.judge) for d in drafts]
+    clusters, rows_of, other_rows, raw_fingerprints = [], {}, {}, {}
+    if drafts:
+        clustering = cluster_per_node_and_system(statements, vectors)
+        index_of = {d.key: i for i, d in enumerate(drafts)}
+        texts = {d.key: d.text for d in drafts}
+        scopes = [*clustering.node_results.items(), ("", clustering.system_result)]
+        for node, result in scopes:
+            level = Insight.Level.NODE if node else Insight.Level.SYSTEM
+            other_rows[(level, node)] = [index_of[k] for k in result.other]
+            names = name_clusters(result.clusters, texts)
+            for cluster in result.clusters:
+                clusters.append(cluster)
+                rows_of[cluster.id] = [index_of[k] for k in cluster.member_ids]
+                raw_fingerprints[cluster.id] = fingerprint(names[cluster.id].terms, cluster.node, cluster.level)
+    traces = judged_traces(run)
+    usage = NamingUsage()
+    with transaction.atomic():
+        Project.objects.select_for_update().filter(pk=run.project_id).first()  # one writer of insights per project
+        if rebuild:
+            _forget_run(run)
+        groups = groups_assign(clusters=clusters, fingerprints=raw_fingerprints, rows_of=rows_of, vectors=vectors,
+                               known=_known(project_id=run.project_id, model_id=embedder.model_id),
+                               other_rows=other_rows)
+        llm_named = set(Insight.objects.filter(pk__in=[g.insight_id for g in groups if g.insight_id],
+                                               naming_source="llm").values_list("pk", flat=True))
+        wanted = {f"g{i}" for i, g in enumerate(groups) if not g.is_other and g.insight_id not in llm_named}
+        namer = llm_namer_build(model=naming_model(run_model=run.model), usage=usage, wanted=wanted)
+        names = groups_name(groups=groups, drafts=drafts, vectors=vectors, llm=namer)
+        fingerprints = {i: fingerprint(name.terms, groups[i].node, groups[i].level) for i, (_, name) in names.items()}
+        data = RunData(run=run, drafts=drafts, keys=keys, vectors=vectors, traces=traces, model_id=embedder.model_id)
+        written = insights_write(data=data, groups=groups, names=names, fingerprints=fingerprints)
+        dropped = _drop_orphans(run) if rebuild else 0
+        judged_by_release: dict[str, int] = {}
+        for info in traces.values():
+            judged_by_release[info.release] = judged_by_release.get(info.release, 0) + 1
+        summary = {
+            "judged": len(traces), "judged_by_release": judged_by_release, "statements": len(drafts),
+            "embedded": embedded, "embedding_model": embedder.model_id, "identity_threshold": identity_threshold(),
+            "clusters": len(clusters), "insights": len(written.new) + len(written.matched), "new": len(written.new),
+            "matched": len(written.matched), "reopened": len(written.reopened), "other_statements": written.other,
+            "evidence": written.evidence, "links": written.links, "dropped": dropped,
+            "naming": {"model": namer and naming_model(run_model=run.model) or "", "calls": usage.calls,
+                       "cached": usage.cached, "failed": usage.failed, "input_tokens": usage.input_tokens,
+                       "output_tokens": usage.output_tokens, "errors": usage.errors},
+            "seconds": round(time.monotonic() - started, 2),
+        }
+        DiagnosisRun.objects.filter(pk=run.pk).update(insights_summary=summary)
+        trend_refresh(project_id=run.project_id, current_run_id=run.pk)
+        DiagnosisRun.objects.filter(pk=run.pk).update(insights_status="done", insights_finished_at=timezone.now())
+    logger.info("insights.built run=%s statements=%d new=%d matched=%d reopened=%d seconds=%.1f", run.pk,
+                len(drafts), len(written.new), len(written.matched), len(written.reopened), summary["seconds"])
+    return summary
+
+
+def insights_sweep(*, now: datetime | None = None) -> int:
+    """Send again the builds of recently finished runs that were never queued, whose message was lost, or whose
+    worker died; returns how many were sent."""
+    now = now or timezone.now()
+    recent = DiagnosisRun.objects.filter(status__in=FINISHED,
+                                         finished_at__gte=now - timedelta(hours=SWEEP_LOOKBACK_HOURS))
+    sent = 0
+    for run_id, config in recent.filter(insights_status="").values_list("pk", "config"):
+        if not (config or {}).get("inline") and insights_run_request(run_id=run_id):
+            sent += 1
+    lost = recent.filter(Q(insights_status="queued", insights_started_at__lt=now - timedelta(seconds=RESEND_SECONDS))
+                         | Q(insights_status="running",
+                             insights_started_at__lt=now - timedelta(seconds=STALE_SECONDS)))
+    for run_id, status, started_at in lost.values_list("pk", "insights_status", "insights_started_at"):
+        # Re-queued under a conditional update: of two sweeps, one sends.
+        if DiagnosisRun.objects.filter(pk=run_id, insights_status=status, insights_started_at=started_at).update(
+                insights_status="queued", insights_started_at=now):
+            _send(run_id)
+            sent += 1
+    return sent
