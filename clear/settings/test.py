@@ -22,3 +22,4 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_TEST_VISIBILITY_
 DATABASES["default"].setdefault("TEST", {})["NAME"] = f"test_clear_{os.getpid()}"  # noqa: F405
 # Live-server request threads would otherwise keep connections open and block dropping the test database.
 DATABASES["default"]["CONN_MAX_AGE"] = 0  # noqa: F405
+CLEAR_OUTBOX_DISPATCH_INTERVAL = 0.0  # every request dispatches: tests observe it deterministically

@@ -8,10 +8,12 @@ import logging
 import time
 from datetime import timedelta
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from clear.celery import app as celery_app
 from traces.models import OutboxItem
 
 logger = logging.getLogger(__name__)
@@ -24,6 +26,10 @@ _SWEEP_LIMIT = 500
 # dead broker costs seconds of client retries, which must not be added to every ingestion request.
 _BROKER_BACKOFF_SECONDS = 30.0
 _broker_down_until = 0.0
+# Requests dispatch at most once per CLEAR_OUTBOX_DISPATCH_INTERVAL per process, each time everything pending: under
+# load one publish round serves many requests instead of every request paying for its own (the sweeper covers the
+# rest).
+_last_dispatch = 0.0
 
 
 def _task_for(topic: str):
@@ -43,16 +49,19 @@ def outbox_enqueue(*, topic: str, keys: list[str], delay: timedelta = FINALIZE_D
 
 
 def _dispatch_after_commit(*, limit: int) -> None:
-    if time.monotonic() < _broker_down_until:
+    global _last_dispatch
+    now = time.monotonic()
+    if now < _broker_down_until or now - _last_dispatch < settings.CLEAR_OUTBOX_DISPATCH_INTERVAL:
         return
-    outbox_dispatch(limit=limit, ready_only=False)
+    _last_dispatch = now
+    outbox_dispatch(limit=max(limit, _SWEEP_LIMIT), ready_only=False)
 
 
-def _send(item: OutboxItem) -> None:
+def _send(item: OutboxItem, producer) -> None:
     task = _task_for(item.topic)
     countdown = max(0.0, (item.available_at - timezone.now()).total_seconds())
     # retry=False: with the broker down, fail at once and leave the row for the sweeper instead of blocking the request.
-    task.apply_async(args=[item.key], countdown=countdown, retry=False)
+    task.apply_async(args=[item.key], countdown=countdown, retry=False, producer=producer)
 
 
 def outbox_dispatch(*, limit: int = _SWEEP_LIMIT, ready_only: bool = True) -> int:
@@ -63,20 +72,29 @@ def outbox_dispatch(*, limit: int = _SWEEP_LIMIT, ready_only: bool = True) -> in
         if ready_only:
             pending = pending.filter(available_at__lte=timezone.now() + FINALIZE_DELAY)
         items = list(pending.order_by("available_at").select_for_update(skip_locked=True)[:limit])
-        for item in items:
-            try:
-                _send(item)
-            except Exception as exc:  # noqa: BLE001 - any broker failure means "try again later"
-                global _broker_down_until
-                _broker_down_until = time.monotonic() + _BROKER_BACKOFF_SECONDS
-                OutboxItem.objects.filter(pk=item.pk).update(attempts=F("attempts") + 1, last_error=str(exc)[:2000])
-                logger.warning("outbox: broker unavailable, %s stays pending: %s", item.topic, exc)
-                break
-            OutboxItem.objects.filter(pk=item.pk).update(dispatched_at=timezone.now(), attempts=F("attempts") + 1)
-            sent += 1
+        if not items:
+            return 0
+        sent_ids = []
+        try:
+            with celery_app.producer_or_acquire() as producer:
+                for item in items:
+                    _send(item, producer)
+                    sent_ids.append(item.pk)
+        except Exception as exc:  # noqa: BLE001 - any broker failure means "try again later"
+            _broker_down()
+            failed = items[len(sent_ids)]
+            OutboxItem.objects.filter(pk=failed.pk).update(attempts=F("attempts") + 1, last_error=str(exc)[:2000])
+            logger.warning("outbox: broker unavailable, %s stays pending: %s", failed.topic, exc)
+        OutboxItem.objects.filter(pk__in=sent_ids).update(dispatched_at=timezone.now(), attempts=F("attempts") + 1)
+        sent = len(sent_ids)
     if sent:
         _broker_up()
     return sent
+
+
+def _broker_down() -> None:
+    global _broker_down_until
+    _broker_down_until = time.monotonic() + _BROKER_BACKOFF_SECONDS
 
 
 def _broker_up() -> None:
