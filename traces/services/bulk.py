@@ -225,7 +225,7 @@ def _as_spans(rows: list[SpanRow | Span]) -> list[Span]:
 
 def _bulk_create(alias: str, rows: list[SpanRow | Span]) -> list[Span]:
     spans = _as_spans(rows)
-    spans.sort(key=lambda span: (span.trace_id, span.span_id))  # same lock order as the COPY
+    spans.sort(key=lambda span: (span.trace_id or 0, span.span_id or ""))  # the COPY's lock order
     return Span.objects.using(alias).bulk_create(spans, ignore_conflicts=True, batch_size=BATCH_SIZE)
 
 
