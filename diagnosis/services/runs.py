@@ -19,6 +19,7 @@ from django.db.models import Exists, F, OuterRef
 from django.utils import timezone
 
 from clear.projects.models import Project
+from clear.webhooks.events import diagnosis_run_finished as diagnosis_run_finished_emit
 from diagnosis import conf
 from diagnosis.errors import DiagnosisRunFinishedError, DiagnosisRunInvalidError
 from diagnosis.judges.rules import node_stats_compute
@@ -318,6 +319,7 @@ def _run_stop(*, run_id, status: str, message: str = "") -> bool:
             _items_skip(run_id=run_id, statuses=(ItemStatus.PENDING, ItemStatus.QUEUED))
     if stopped:
         logger.info("diagnosis.run_stopped run=%s status=%s", run_id, status)
+        diagnosis_run_finished_emit(run_id=run_id)
     return bool(stopped)
 
 
@@ -342,6 +344,7 @@ def run_finish_if_complete(*, run_id) -> bool:
         status=Status.SUCCEEDED, finished_at=timezone.now())
     if finished:
         logger.info("diagnosis.run_succeeded run=%s", run_id)
+        diagnosis_run_finished_emit(run_id=run_id)
     _insights_request(run_id)
     return bool(finished)
 

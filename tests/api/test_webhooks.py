@@ -168,3 +168,34 @@ def test_webhook_crud_and_ping(client, project, django_capture_on_commit_callbac
 def test_invalid_webhooks_are_refused(client, body, words):
     response = client.post("/api/v1/webhooks/", body, format="json")
     assert response.status_code == 400 and words in response.json()["message"].lower()
+
+
+def test_a_finished_run_is_announced(client, project, settings, django_capture_on_commit_callbacks):
+    settings.CLEAR_JUDGE_MODEL = ""
+    from tests.api.conftest import make_trace
+
+    make_trace(project, release="v2")
+    with Receiver() as receiver:
+        webhook = _subscribe(client, receiver.url)
+        with django_capture_on_commit_callbacks(execute=True):
+            run = client.post("/api/v1/runs/", {"release": "v2", "judges": ["rules"]}, format="json").json()
+    run = client.get(f"/api/v1/runs/{run['id']}/").json()
+    assert run["status"] == "succeeded"
+    [request] = receiver.requests
+    assert _signature_ok(request, webhook["secret"])
+    body = json.loads(request["body"])
+    assert body["event"] == "diagnosis_run.finished"
+    assert body["data"]["run"]["id"] == run["id"] and body["data"]["run"]["status"] == "succeeded"
+    assert body["data"]["run"]["total_count"] == 1
+
+
+def test_a_cancelled_run_is_announced(project, django_capture_on_commit_callbacks):
+    from clear.webhooks.services import webhook_create
+    from diagnosis.models import DiagnosisRun
+    from diagnosis.services import diagnosis_run_cancel
+
+    webhook = webhook_create(project=project, url="http://127.0.0.1:9/x", events=["diagnosis_run.finished"])
+    run = DiagnosisRun.objects.create(project=project, status=DiagnosisRun.Status.RUNNING)
+    diagnosis_run_cancel(run=run)
+    delivery = WebhookDelivery.objects.get(webhook=webhook)
+    assert delivery.payload["data"]["run"]["status"] == "cancelled"
