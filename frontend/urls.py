@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from frontend import views
+from frontend import views, views_runs, views_settings, views_traces
 
 app_name = "frontend"
 
@@ -10,10 +10,27 @@ urlpatterns = [
     path("login/", auth_views.LoginView.as_view(template_name="frontend/login.html"), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("healthz", views.healthz, name="healthz"),
-    # /p/<slug>/
+    # Every project page lives under /p/<slug>/.
     path("p/<slug:slug>/", views.overview, name="overview"),
-    # /p/<slug>/settings/api-keys/
+    path("p/<slug:slug>/workflow/", views.workflow, name="workflow"),
+    path("p/<slug:slug>/nodes/", views.nodes, name="nodes"),
+    path("p/<slug:slug>/traces/", views_traces.trace_list, name="traces"),
+    path("p/<slug:slug>/traces/<str:trace_id>/", views_traces.trace_detail, name="trace"),
+    path("p/<slug:slug>/feedback/<int:feedback_id>/mark-wrong/", views_traces.feedback_mark_wrong,
+         name="feedback-mark-wrong"),
+    path("p/<slug:slug>/runs/", views_runs.run_list, name="runs"),
+    path("p/<slug:slug>/runs/new/", views_runs.run_new, name="run-new"),
+    path("p/<slug:slug>/runs/<uuid:run_id>/", views_runs.run_detail, name="run"),
+    path("p/<slug:slug>/runs/<uuid:run_id>/status.json", views_runs.run_status, name="run-status"),
+    path("p/<slug:slug>/runs/<uuid:run_id>/cancel/", views_runs.run_cancel, name="run-cancel"),
     path("p/<slug:slug>/settings/api-keys/", views.api_keys, name="api-keys"),
     path("p/<slug:slug>/settings/api-keys/create/", views.api_key_create_view, name="api-key-create"),
     path("p/<slug:slug>/settings/api-keys/<int:key_id>/revoke/", views.api_key_revoke_view, name="api-key-revoke"),
+    path("p/<slug:slug>/settings/rubrics/", views_settings.rubrics, name="rubrics"),
+    path("p/<slug:slug>/settings/rubrics/<int:rubric_id>/", views_settings.rubric_edit, name="rubric-edit"),
+    path("p/<slug:slug>/settings/rubrics/<int:rubric_id>/toggle/", views_settings.rubric_toggle,
+         name="rubric-toggle"),
+    path("p/<slug:slug>/settings/rubrics/<int:rubric_id>/delete/", views_settings.rubric_remove,
+         name="rubric-delete"),
+    path("p/<slug:slug>/settings/judge/", views_settings.judge_model, name="judge-model"),
 ]

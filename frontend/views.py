@@ -1,6 +1,9 @@
-"""Server-rendered pages. Views resolve the project through selectors, so an outsider gets 404, never a leak."""
+"""Server-rendered pages. Views resolve the project through selectors, so an outsider gets 404, never a leak.
 
-from django.conf import settings
+Pages by area: this module (overview, workflow graph, nodes, API keys), `views_traces` (search and viewer),
+`views_runs` (diagnosis runs), `views_settings` (rubrics, judge model).
+"""
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
@@ -11,16 +14,29 @@ from clear.errors import NotFoundError
 from clear.projects.models import Project
 from clear.projects.selectors import api_key_list, project_get_for_user, project_list_for_user
 from clear.projects.services import api_key_create, api_key_revoke
+from frontend import charts, queries
 from traces.selectors import trace_list, trace_stats
 
 
-def _project_for(request: HttpRequest, slug: str) -> Project:
+def project_for(request: HttpRequest, slug: str) -> Project:
+    """The project named in the URL if the user is a member of it; 404 otherwise."""
     try:
         project = project_get_for_user(user=request.user, slug=slug)
     except NotFoundError as exc:
         raise Http404(exc.message) from exc
     request.session["last_project"] = project.slug
     return project
+
+
+_project_for = project_for  # the name older code used
+
+
+def release_param(request: HttpRequest, releases: list[str]) -> str:
+    release = request.GET.get("release", "").strip()
+    if release and release not in releases:
+        messages.warning(request, f"No traces with release {release!r}; showing every release.")
+        return ""
+    return release
 
 
 @login_required
@@ -36,26 +52,68 @@ def home(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def overview(request: HttpRequest, slug: str) -> HttpResponse:
-    project = _project_for(request, slug)
+    project = project_for(request, slug)
     base_url = request.build_absolute_uri("/").rstrip("/")
+    stats = trace_stats(project=project)
     context = {
         "project": project,
         "nav": "overview",
         "otlp_endpoint": f"{base_url}/v1/traces",
         "base_url": base_url,
         "has_keys": api_key_list(project=project).exists(),
-        "stats": trace_stats(project=project),
+        "stats": stats,
         "recent_traces": trace_list(project=project)[:15],
     }
+    if stats.traces:
+        context.update({
+            "chart": charts.volume_chart(queries.trace_volume_series(project=project)),
+            "spend": queries.judge_spend(project=project),
+            "latest_run": queries.latest_run(project=project),
+        })
     return render(request, "frontend/overview.html", context)
 
 
 @login_required
+def workflow(request: HttpRequest, slug: str) -> HttpResponse:
+    project = project_for(request, slug)
+    releases = queries.trace_releases(project=project)
+    release = release_param(request, releases)
+    sample = queries.GRAPH_TRACE_SAMPLE
+    stats = queries.node_stats(project=project, release=release, sample=sample)
+    edges = queries.workflow_edges(project=project, release=release, sample=sample)
+    context = {
+        "project": project, "nav": "workflow", "releases": releases, "release": release, "sample": sample,
+        "graph": charts.workflow_graph(stats, edges), "edges": edges,
+    }
+    return render(request, "frontend/workflow.html", context)
+
+
+@login_required
+def nodes(request: HttpRequest, slug: str) -> HttpResponse:
+    project = project_for(request, slug)
+    releases = queries.trace_releases(project=project)
+    release = release_param(request, releases)
+    rows = queries.node_stats(project=project, release=release)
+    sort = request.GET.get("sort", "pass")
+    if sort == "spans":
+        rows.sort(key=lambda r: (-r.spans, r.node))
+    elif sort == "node":
+        rows.sort(key=lambda r: r.node)
+    else:
+        sort = "pass"
+        rows.sort(key=lambda r: (r.pass_rate if r.pass_rate is not None else 2, r.node))
+    context = {"project": project, "nav": "nodes", "releases": releases, "release": release, "rows": rows,
+               "sort": sort, "has_feedback": queries.latest_run(project=project) is not None}
+    return render(request, "frontend/nodes.html", context)
+
+
+@login_required
 def api_keys(request: HttpRequest, slug: str) -> HttpResponse:
-    project = _project_for(request, slug)
+    project = project_for(request, slug)
     context = {
         "project": project,
         "nav": "settings",
+        "settings_tab": "api-keys",
         "api_keys": api_key_list(project=project),
         "issued": request.session.pop("issued_api_key", None),
         "base_url": request.build_absolute_uri("/").rstrip("/"),
@@ -66,7 +124,7 @@ def api_keys(request: HttpRequest, slug: str) -> HttpResponse:
 @login_required
 @require_POST
 def api_key_create_view(request: HttpRequest, slug: str) -> HttpResponse:
-    project = _project_for(request, slug)
+    project = project_for(request, slug)
     issued = api_key_create(project=project, name=request.POST.get("name", "").strip()[:200], created_by=request.user)
     # The secret exists only in this session until the next page view: it is never stored.
     request.session["issued_api_key"] = {"public_key": issued.api_key.public_key, "secret": issued.secret}
@@ -76,7 +134,7 @@ def api_key_create_view(request: HttpRequest, slug: str) -> HttpResponse:
 @login_required
 @require_POST
 def api_key_revoke_view(request: HttpRequest, slug: str, key_id: int) -> HttpResponse:
-    project = _project_for(request, slug)
+    project = project_for(request, slug)
     api_key = api_key_list(project=project).filter(pk=key_id).first()
     if api_key is None:
         raise Http404("No such API key in this project")

@@ -1,0 +1,281 @@
+"""Read-only queries the pages need and the other apps' selectors do not offer; every one is scoped to a project.
+
+Nothing here writes. Lists are paged by keyset (see `frontend.pagination`), aggregates run as one grouped query each,
+so a page costs the same number of queries with 5 rows or 50.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
+
+from django.db import connection
+from django.db.models import Count, Exists, F, Max, Min, OuterRef, Q, QuerySet, Subquery, Sum, Window
+from django.db.models.functions import Coalesce, Lag, Trunc
+
+from clear.projects.models import Project
+from diagnosis.models import DiagnosisRun, Feedback
+from traces.models import Span, Trace
+
+# The workflow graph looks at this many of the newest matching traces: enough to see every path the agent takes,
+# bounded so the page stays fast on a project with millions of spans.
+GRAPH_TRACE_SAMPLE = 2000
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# traces
+
+
+@dataclass(frozen=True)
+class TraceFilter:
+    release: str = ""
+    outcome: str = ""  # "success" | "failure" | "unknown" | ""
+    node: str = ""
+    q: str = ""
+    since: datetime | None = None
+    until: datetime | None = None
+
+    @property
+    def active(self) -> bool:
+        return any((self.release, self.outcome, self.node, self.q, self.since, self.until))
+
+
+def trace_search(*, project: Project, filters: TraceFilter) -> QuerySet[Trace]:
+    """Traces matching the filters, each with its count of failing verdicts; unordered (the pager orders)."""
+    traces = Trace.objects.filter(project=project)
+    if filters.release:
+        traces = traces.filter(release="" if filters.release == "(none)" else filters.release)
+    if filters.outcome == "unknown":
+        traces = traces.filter(outcome__isnull=True)
+    elif filters.outcome:
+        traces = traces.filter(outcome=filters.outcome)
+    if filters.node:
+        traces = traces.filter(Exists(Span.objects.filter(trace=OuterRef("pk"), node=filters.node)))
+    if filters.q:
+        text = filters.q.strip()
+        traces = traces.filter(Q(name__icontains=text) | Q(task_id__icontains=text) | Q(trace_id__startswith=text.lower()))
+    if filters.since:
+        traces = traces.filter(start_time__gte=filters.since)
+    if filters.until:
+        traces = traces.filter(start_time__lt=filters.until)
+    failing = (Feedback.objects.filter(trace=OuterRef("pk"), verdict=Feedback.Verdict.FAIL).order_by()
+               .values("trace").annotate(n=Count("pk")).values("n"))
+    return traces.annotate(failing_feedback=Coalesce(Subquery(failing[:1]), 0))
+
+
+def trace_releases(*, project: Project) -> list[str]:
+    releases = (Trace.objects.filter(project=project).order_by("release").values_list("release", flat=True)
+                .distinct())
+    return [r or "(none)" for r in releases]
+
+
+def span_nodes(*, project: Project) -> list[str]:
+    return list(Span.objects.filter(project=project).exclude(node="").order_by("node")
+                .values_list("node", flat=True).distinct())
+
+
+def trace_spans(*, project: Project, trace: Trace, limit: int) -> list[Span]:
+    """The trace's spans in start order, at most `limit` (deferring nothing: the viewer shows one span's content)."""
+    return list(Span.objects.filter(project=project, trace=trace).order_by("start_time", "pk")[:limit])
+
+
+def trace_feedback_runs(*, project: Project, trace: Trace) -> list[dict]:
+    """The runs that left feedback on this trace, newest first: [{run_id, name, created_at, failing}]."""
+    rows = (Feedback.objects.filter(project=project, trace=trace).values("run_id", "run__name", "run__created_at")
+            .annotate(failing=Count("pk", filter=Q(verdict=Feedback.Verdict.FAIL)), total=Count("pk"))
+            .order_by("-run__created_at"))
+    return [{"run_id": r["run_id"], "name": r["run__name"], "created_at": r["run__created_at"],
+             "failing": r["failing"], "total": r["total"]} for r in rows]
+
+
+def trace_feedback(*, project: Project, trace: Trace, run_id) -> list[Feedback]:
+    return list(Feedback.objects.filter(project=project, trace=trace, run_id=run_id)
+                .order_by("target_span_id", "judge"))
+
+
+def feedback_get(*, project: Project, feedback_id: int) -> Feedback | None:
+    return Feedback.objects.filter(project=project, pk=feedback_id).select_related("trace").first()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# overview
+
+
+@dataclass
+class VolumeBucket:
+    start: datetime
+    total: int = 0
+    failures: int = 0
+    successes: int = 0
+
+    @property
+    def judged(self) -> int:
+        return self.failures + self.successes
+
+    @property
+    def failure_rate(self) -> float | None:
+        return self.failures / self.judged if self.judged else None
+
+
+@dataclass
+class VolumeSeries:
+    unit: str  # minute | hour | day | week
+    buckets: list[VolumeBucket] = field(default_factory=list)
+
+
+_UNITS = (("minute", timedelta(minutes=1)), ("hour", timedelta(hours=1)), ("day", timedelta(days=1)),
+          ("week", timedelta(weeks=1)))
+_MAX_BUCKETS = 96
+_SERIES_WINDOW = timedelta(days=120)
+
+
+def _floor(moment: datetime, unit: str) -> datetime:
+    moment = moment.astimezone(dt_timezone.utc)
+    if unit == "minute":
+        return moment.replace(second=0, microsecond=0)
+    if unit == "hour":
+        return moment.replace(minute=0, second=0, microsecond=0)
+    day = moment.replace(hour=0, minute=0, second=0, microsecond=0)
+    return day - timedelta(days=day.weekday()) if unit == "week" else day
+
+
+def trace_volume_series(*, project: Project) -> VolumeSeries | None:
+    """Traces and failures per time bucket over the project's latest activity (up to 120 days before its newest
+    trace); the bucket is the smallest of minute/hour/day/week that keeps the chart under ~100 bars."""
+    traces = Trace.objects.filter(project=project, start_time__isnull=False)
+    bounds = traces.aggregate(lo=Min("start_time"), hi=Max("start_time"))
+    if bounds["hi"] is None:
+        return None
+    hi = bounds["hi"]
+    lo = max(bounds["lo"], hi - _SERIES_WINDOW)
+    unit, step = _UNITS[-1]
+    for candidate, delta in _UNITS:
+        if (hi - lo) / delta < _MAX_BUCKETS:
+            unit, step = candidate, delta
+            break
+    rows = (traces.filter(start_time__gte=lo).annotate(bucket=Trunc("start_time", unit, tzinfo=dt_timezone.utc))
+            .values("bucket").annotate(total=Count("pk"), failures=Count("pk", filter=Q(outcome="failure")),
+                                       successes=Count("pk", filter=Q(outcome="success"))).order_by("bucket"))
+    found = {_floor(r["bucket"], unit): r for r in rows}
+    series = VolumeSeries(unit=unit)
+    moment, end = _floor(lo, unit), _floor(hi, unit)
+    while moment <= end:
+        row = found.get(moment) or {}
+        series.buckets.append(VolumeBucket(start=moment, total=row.get("total", 0),
+                                           failures=row.get("failures", 0), successes=row.get("successes", 0)))
+        moment += step
+    return series
+
+
+@dataclass(frozen=True)
+class JudgeSpend:
+    runs: int
+    cost: float
+    input_tokens: int
+    output_tokens: int
+    feedback_failing: int
+
+    @property
+    def tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
+def judge_spend(*, project: Project) -> JudgeSpend:
+    totals = DiagnosisRun.objects.filter(project=project).aggregate(
+        runs=Count("pk"), cost=Sum("cost"), input_tokens=Sum("input_tokens"), output_tokens=Sum("output_tokens"))
+    failing = Feedback.objects.filter(project=project, verdict=Feedback.Verdict.FAIL).count()
+    return JudgeSpend(runs=totals["runs"] or 0, cost=totals["cost"] or 0.0, input_tokens=totals["input_tokens"] or 0,
+                      output_tokens=totals["output_tokens"] or 0, feedback_failing=failing)
+
+
+def latest_run(*, project: Project) -> DiagnosisRun | None:
+    return DiagnosisRun.objects.filter(project=project).order_by("-created_at").first()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# nodes and the workflow graph
+
+
+@dataclass
+class NodeStats:
+    node: str
+    spans: int
+    traces: int
+    errors: int
+    failing: int  # spans with a failing verdict from any run
+    bad: int  # spans with an error or a failing verdict
+    agent_spans: int = 0
+
+    @property
+    def pass_rate(self) -> float | None:
+        return (self.spans - self.bad) / self.spans if self.spans else None
+
+
+def _spans_in_scope(*, project: Project, release: str = "", sample: int | None = None) -> QuerySet[Span]:
+    spans = Span.objects.filter(project=project)
+    traces = Trace.objects.filter(project=project)
+    if release:
+        traces = traces.filter(release="" if release == "(none)" else release)
+    if sample:
+        newest = traces.order_by(F("start_time").desc(nulls_last=True), "-pk").values("pk")[:sample]
+        return spans.filter(trace_id__in=Subquery(newest))
+    if release:
+        spans = spans.filter(trace__in=traces)
+    return spans
+
+
+def node_stats(*, project: Project, release: str = "", sample: int | None = None) -> list[NodeStats]:
+    """Per node: spans, traces, error spans, spans with a failing verdict, and the pass rate (share of spans with
+    neither). One grouped query."""
+    failing = Feedback.objects.filter(trace_id=OuterRef("trace_id"), target_span_id=OuterRef("span_id"),
+                                      verdict=Feedback.Verdict.FAIL)
+    rows = (_spans_in_scope(project=project, release=release, sample=sample).annotate(failed=Exists(failing))
+            .values("node").annotate(
+                spans=Count("pk"), traces=Count("trace_id", distinct=True),
+                errors=Count("pk", filter=Q(status="error")), failing=Count("pk", filter=Q(failed=True)),
+                bad=Count("pk", filter=Q(failed=True) | Q(status="error")),
+                agent_spans=Count("pk", filter=Q(kind=Span.Kind.AGENT)),
+            ).order_by("node"))
+    return [NodeStats(**row) for row in rows]
+
+
+@dataclass(frozen=True)
+class Edge:
+    source: str
+    target: str
+    kind: str  # "call" (parent span → child span) | "handoff" (one sibling agent span, then the next)
+    count: int
+
+
+def workflow_edges(*, project: Project, release: str = "", sample: int = GRAPH_TRACE_SAMPLE) -> list[Edge]:
+    """Transitions between nodes observed in the newest `sample` traces: a span of node A with a child of node B
+    (call), and consecutive AGENT spans under one parent (hand-off). Self-transitions are left out."""
+    spans = _spans_in_scope(project=project, release=release, sample=sample)
+    parent_node = Span.objects.filter(trace_id=OuterRef("trace_id"), span_id=OuterRef("parent_span_id")).values("node")
+    calls = (spans.exclude(parent_span_id="").annotate(parent_node=Subquery(parent_node[:1]))
+             .values("parent_node", "node").annotate(n=Count("pk")).order_by())
+    edges = [Edge(r["parent_node"], r["node"], "call", r["n"]) for r in calls
+             if r["parent_node"] is not None and r["parent_node"] != r["node"]]
+    ordered = (spans.filter(kind=Span.Kind.AGENT)
+               .annotate(prev_node=Window(Lag("node"), partition_by=[F("trace_id"), F("parent_span_id")],
+                                          order_by=[F("start_time").asc(), F("pk").asc()]))
+               .values("prev_node", "node"))
+    sql, params = ordered.query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT w.prev_node, w.node, COUNT(*) FROM ({sql}) w "  # noqa: S608 - the ORM's own SQL and params
+            "WHERE w.prev_node IS NOT NULL AND w.prev_node <> w.node GROUP BY w.prev_node, w.node",
+            params,
+        )
+        edges += [Edge(prev, node, "handoff", n) for prev, node, n in cursor.fetchall()]
+    return sorted(edges, key=lambda e: (e.kind, e.source, e.target))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# diagnosis runs
+
+
+def run_failing_feedback(*, project: Project, run: DiagnosisRun, limit: int = 100) -> list[Feedback]:
+    return list(Feedback.objects.filter(project=project, run=run, verdict=Feedback.Verdict.FAIL)
+                .select_related("trace").order_by("trace__start_time", "trace_id", "judge", "target_span_id")[:limit])

@@ -1,0 +1,81 @@
+/* Clear: small progressive enhancements. Every page works without this file. No trace content is ever written as
+   HTML here: only textContent and attributes we control. */
+(function () {
+  "use strict";
+
+  // Project switcher and other selects that navigate or submit on change.
+  document.querySelectorAll("select[data-navigate]").forEach(function (select) {
+    select.addEventListener("change", function () { window.location.assign(select.value); });
+  });
+  document.querySelectorAll("select[data-autosubmit]").forEach(function (select) {
+    select.addEventListener("change", function () { select.form.submit(); });
+  });
+
+  // Destructive forms ask first.
+  document.querySelectorAll("form[data-confirm]").forEach(function (form) {
+    form.addEventListener("submit", function (event) {
+      if (!window.confirm(form.getAttribute("data-confirm"))) { event.preventDefault(); }
+    });
+  });
+
+  // Trace viewer: bring the selected span into view (?span=<id> opens the viewer at it).
+  var selected = document.querySelector(".span-row.selected");
+  if (selected && new URLSearchParams(window.location.search).has("span")) {
+    selected.scrollIntoView({ block: "center" });
+    selected.classList.add("flash-highlight");
+    var detail = document.getElementById("span-detail");
+    if (detail) { detail.scrollTop = 0; }
+    var mark = detail && detail.querySelector("mark");
+    if (mark) { mark.scrollIntoView({ block: "nearest" }); selected.scrollIntoView({ block: "center" }); }
+  }
+
+  // Diagnosis run progress: poll the status JSON every 1.5 s until the run finishes.
+  var bar = document.querySelector(".progress[data-poll]");
+  if (bar && bar.getAttribute("data-finished") !== "true") {
+    var url = bar.getAttribute("data-poll");
+    var fill = bar.querySelector(".progress-fill");
+    var text = document.querySelector("[data-testid=progress-text]");
+    var money = function (value) {
+      if (!value) { return "$0"; }
+      return value < 1 ? "$" + Number(value.toFixed(4)).toString() : "$" + value.toFixed(2);
+    };
+    var set = function (field, value) {
+      var node = text && text.querySelector('[data-field="' + field + '"]');
+      if (node) { node.textContent = value; }
+    };
+    var failures = 0;
+    var tick = function () {
+      fetch(url, { headers: { "Accept": "application/json" }, credentials: "same-origin" })
+        .then(function (response) {
+          if (!response.ok) { throw new Error("HTTP " + response.status); }
+          return response.json();
+        })
+        .then(function (status) {
+          failures = 0;
+          fill.style.width = status.percent + "%";
+          fill.className = "progress-fill status-" + status.status;
+          bar.setAttribute("aria-valuenow", String(status.percent));
+          set("percent", status.percent);
+          set("done", status.done);
+          set("skipped", status.skipped);
+          set("total", status.total);
+          set("tokens", status.tokens.toLocaleString("en-US"));
+          set("cost", money(status.cost));
+          set("error_count", status.error_count);
+          set("status_label", status.status_label);
+          if (status.finished) {
+            bar.setAttribute("data-finished", "true");
+            // The summary tables are rendered by the server: show them once, when the run is done.
+            window.setTimeout(function () { window.location.reload(); }, 800);
+          } else {
+            window.setTimeout(tick, 1500);
+          }
+        })
+        .catch(function () {
+          failures += 1;
+          if (failures < 20) { window.setTimeout(tick, 3000); }
+        });
+    };
+    window.setTimeout(tick, 1000);
+  }
+})();
