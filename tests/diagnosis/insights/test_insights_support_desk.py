@@ -1,0 +1,182 @@
+"""Insights from the example agent's planted faults, without a model: statements from rule and rubric feedback →
+embeddings → clusters per node and system-wide → insights that keep their identity across runs."""
+
+import pytest
+
+from diagnosis.judges.text import normalise
+from diagnosis.models import Feedback, Insight, InsightLink, InsightStatement
+from diagnosis.selectors import insight_evidence_list, insight_links, insight_list
+from diagnosis.services.evidence import span_text
+from diagnosis.services.trace_view import trace_view_build
+from tests.diagnosis.insights.conftest import BUG_NODE, TOUCHED_BY, diagnose, held, insight_for_tasks, tasks_of
+from tests.diagnosis.support import support_desk_ingest
+
+pytestmark = pytest.mark.django_db
+
+
+def test_each_planted_bug_is_its_own_insight_at_its_node_with_verified_evidence(project, desk_rubrics):
+    support_desk_ingest(project=project, bugs="all", release="r1")
+    run = diagnose(project, "r1")
+    summary = run.insights_summary
+    assert run.insights_status == "done" and summary["judged"] == 22 and summary["naming"]["calls"] == 0
+
+    found = {bug: insight_for_tasks(project, BUG_NODE[bug], TOUCHED_BY[bug], run) for bug in TOUCHED_BY}
+    assert len({i.pk for i in found.values()}) == 3
+    for bug, insight in found.items():
+        assert insight.level == "node" and insight.node == BUG_NODE[bug] and insight.status == "open"
+        assert insight.title and insight.description and insight.recommendation and insight.root_cause
+        assert insight.naming_source == "offline" and insight.terms and len(insight.fingerprint) == 40
+        assert insight.trace_count == len(TOUCHED_BY[bug]) and insight.frequency == pytest.approx(
+            len(TOUCHED_BY[bug]) / 22)
+        assert insight.lift is not None and insight.lift_low <= insight.lift <= insight.lift_high
+        assert insight.trend == [{"release": "r1", "count": len(TOUCHED_BY[bug]), "judged": 22,
+                                  "frequency": round(len(TOUCHED_BY[bug]) / 22, 6), "run": str(run.pk)}]
+        evidence = list(insight_evidence_list(project=project, insight=insight))
+        assert {e.trace.task_id for e in evidence} == TOUCHED_BY[bug]
+        for e in evidence:  # every citation is in the stored text of the span it names
+            spans = {s.span_id: s for s in trace_view_build(trace=e.trace).spans}
+            assert normalise(e.quote) in span_text(spans[e.span_id])
+            assert e.feedback.run_id == run.pk and e.statement.node_insight_id == insight.pk
+        # each fault is linked to the system-level insight holding its statements
+        (link,) = insight_links(project=project, insight=insight)
+        assert link.system.level == "system" and link.share >= 0.5
+
+    # The retry loop's other symptoms (the rate-limited calls, the worker giving up) stay at billing_worker and
+    # within its traces; misroute also shows where order_lookup is called.
+    for insight in Insight.objects.filter(project=project, level="node", node="billing_worker", is_other=False):
+        assert tasks_of(insight, run) == TOUCHED_BY["retry_loop"]
+    insight_for_tasks(project, "orders_worker", TOUCHED_BY["misroute"], run)
+
+    # Nothing is dropped: every statement has a system insight or bucket, every node statement a node one.
+    statements = InsightStatement.objects.filter(run=run)
+    assert statements.count() == summary["statements"] > 0
+    assert not statements.filter(system_insight=None).exists()
+    assert not statements.exclude(node="").filter(node_insight=None).exists()
+    # The decoy's handled not-found error fits no pattern: it stays visible in the orders_worker bucket.
+    (other,) = insight_list(project=project, node="orders_worker").filter(is_other=True)
+    assert tasks_of(other, run) == {"order-not-found"} and other.title == "Other feedback at orders_worker"
+    assert other not in insight_list(project=project, include_other=False)
+    assert InsightLink.objects.filter(system__project=project).count() == summary["links"] > 0
+
+
+def test_a_run_over_the_same_traces_finds_the_same_insights(project, desk_rubrics):
+    support_desk_ingest(project=project, bugs="all", release="r1")
+    first = diagnose(project, "r1")
+    before = {i.pk: (i.title, i.count, i.trace_count) for i in Insight.objects.filter(project=project)}
+    second = diagnose(project, "r1")
+    assert second.insights_summary["new"] == 0 and second.insights_summary["matched"] == first.insights_summary["new"]
+    after = {i.pk: (i.title, i.count, i.trace_count) for i in Insight.objects.filter(project=project)}
+    assert after == before
+    for insight in Insight.objects.filter(project=project):
+        assert set(insight.occurrences.values_list("run_id", flat=True)) == {first.pk, second.pk}
+        assert insight.last_run_id == second.pk and tasks_of(insight, first) == tasks_of(insight, second)
+        assert [point["run"] for point in insight.trend] == [str(second.pk)]  # r1 is described by the later run
+
+
+def test_a_new_failure_adds_an_insight_a_fixed_one_reopens_a_rejected_one_stays_rejected(project, desk_rubrics):
+    from diagnosis.services.insights_review import insight_reject, insight_status_set
+
+    support_desk_ingest(project=project, bugs="mediator_race,retry_loop", release="r1")
+    support_desk_ingest(project=project, bugs="all", release="r2", seed=3)
+    support_desk_ingest(project=project, bugs="none", release="r3")
+    first = diagnose(project, "r1")
+    assert not InsightStatement.objects.filter(run=first, judge=desk_rubrics[3].judge_name).exists()  # no misroute
+    mediator = insight_for_tasks(project, "mediator", TOUCHED_BY["mediator_race"], first)
+    looping = insight_for_tasks(project, "billing_worker", TOUCHED_BY["retry_loop"], first)
+    billing = set(Insight.objects.filter(project=project, node="billing_worker").values_list("pk", flat=True))
+    known = set(Insight.objects.filter(project=project).values_list("pk", flat=True))
+    insight_status_set(project=project, insight=mediator, status="fixed")
+    insight_reject(project=project, insight=looping, note="rate limits are expected")
+
+    second = diagnose(project, "r2")
+    new = Insight.objects.filter(project=project).exclude(pk__in=known)
+    assert second.insights_summary["new"] == new.filter(is_other=False).count() > 0
+    routing = insight_for_tasks(project, "planner", TOUCHED_BY["misroute"], second)
+    assert routing.pk not in known and routing.first_run_id == second.pk
+    assert insight_for_tasks(project, "orders_worker", TOUCHED_BY["misroute"], second).pk not in known
+
+    mediator.refresh_from_db()
+    assert mediator.status == "open" and mediator.reopened_at is not None and mediator.reopen_count == 1
+    assert mediator.events.filter(kind="reopened", run=second).exists()
+    assert tasks_of(mediator, second) == TOUCHED_BY["mediator_race"]
+    assert [(p["release"], p["count"]) for p in mediator.trend] == [("r1", 4), ("r2", 4)]
+
+    looping.refresh_from_db()
+    assert looping.review == "rejected" and looping.last_run_id == second.pk
+    assert tasks_of(looping, second) == TOUCHED_BY["retry_loop"]
+    assert looping not in insight_list(project=project) and looping in insight_list(project=project,
+                                                                                     review="rejected")
+    assert set(Insight.objects.filter(project=project, node="billing_worker").values_list("pk", flat=True)) == billing
+
+    # Fixed for real: a release without the fault leaves the insight fixed, its trend at zero.
+    insight_status_set(project=project, insight=mediator, status="fixed")
+    diagnose(project, "r3")
+    mediator.refresh_from_db()
+    assert mediator.status == "fixed" and mediator.reopen_count == 1
+    assert [(p["release"], p["count"]) for p in mediator.trend] == [("r1", 4), ("r2", 4), ("r3", 0)]
+    assert mediator not in insight_list(project=project, release="r3")
+    assert mediator in insight_list(project=project, release="r2", level="node", node="mediator", status="fixed")
+
+
+def test_merge_and_split_survive_a_later_run(project, desk_rubrics):
+    from diagnosis.services.insights_review import insight_merge, insight_split
+
+    support_desk_ingest(project=project, bugs="all", release="r1")
+    first = diagnose(project, "r1")
+    errors, repeated = sorted(
+        Insight.objects.filter(project=project, level="node", node="billing_worker", is_other=False),
+        key=lambda i: -i.count)
+    assert {s.judge for s in held(errors)} == {"rule.span_error"}
+    assert {s.judge for s in held(repeated)} == {"rule.repeated_tool_call"}
+
+    merged = insight_merge(project=project, source=repeated, target=errors)
+    repeated.refresh_from_db()
+    assert merged.pk == errors.pk and repeated.merged_into_id == errors.pk
+    assert {s.judge for s in held(merged)} == {"rule.span_error", "rule.repeated_tool_call"}
+    assert merged.count == 21 and list(insight_list(project=project, node="billing_worker",
+                                                    include_other=False)) == [merged]
+
+    gave_up = [s.pk for s in held(merged) if "ToolRetriesExhaustedError" in s.text]
+    assert len(gave_up) == 3
+    split = insight_split(project=project, insight=merged, statement_ids=gave_up)
+    assert split.split_from_id == merged.pk and split.count == 3 and split.trace_count == 3
+    merged.refresh_from_db()
+    assert merged.count == 18
+    assert set(insight_evidence_list(project=project, insight=split).values_list("statement_id", flat=True)) <= \
+        set(gave_up)
+
+    second = diagnose(project, "r1")
+    assert second.insights_summary["new"] == 0
+    live = Insight.objects.filter(project=project, level="node", node="billing_worker", is_other=False,
+                                  merged_into=None)
+    assert set(live.values_list("pk", flat=True)) == {merged.pk, split.pk}
+    assert {s.text.split(":")[1].strip() for s in held(split, second)} == {"ToolRetriesExhaustedError"}
+    assert {s.judge for s in held(merged, second)} == {"rule.span_error", "rule.repeated_tool_call"}
+    assert not any("ToolRetriesExhaustedError" in s.text for s in held(merged, second))
+    assert held(merged, second).count() == 18 and held(split, second).count() == 3
+
+
+def test_feedback_marked_wrong_leaves_the_clustering(project, desk_rubrics, owner):
+    from diagnosis.services.insights import insights_build
+    from diagnosis.services.insights_review import feedback_mark_wrong
+
+    support_desk_ingest(project=project, bugs="all", release="r1")
+    first = diagnose(project, "r1")
+    mediator = insight_for_tasks(project, "mediator", TOUCHED_BY["mediator_race"], first)
+    wrong = Feedback.objects.get(run=first, judge=desk_rubrics[0].judge_name, trace__task_id="two-orders-status")
+    correction = feedback_mark_wrong(project=project, feedback=wrong, note="that order was cancelled", user=owner)
+    assert correction.feedback_id == wrong.pk and wrong.correction.note == "that order was cancelled"
+    assert not held(mediator).filter(feedback=wrong).exists()
+
+    second = diagnose(project, "r1")
+    same = Feedback.objects.get(run=second, judge=wrong.judge, trace_id=wrong.trace_id,
+                                target_span_id=wrong.target_span_id)
+    assert not InsightStatement.objects.filter(feedback=same).exists()
+    assert tasks_of(mediator, second) == TOUCHED_BY["mediator_race"] - {"two-orders-status"}
+    assert insight_for_tasks(project, "mediator", TOUCHED_BY["mediator_race"] - {"two-orders-status"},
+                             second).pk == mediator.pk
+
+    assert insights_build(run=first) is None  # built already: a redelivered task does nothing
+    insights_build(run=first, force=True)
+    assert not InsightStatement.objects.filter(feedback=wrong).exists()
+    assert tasks_of(mediator, first) == TOUCHED_BY["mediator_race"] - {"two-orders-status"}
