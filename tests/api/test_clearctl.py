@@ -1,0 +1,80 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+from clear.cli import main
+from tests.api.conftest import make_trace
+
+
+@pytest.fixture
+def clearctl_env(live_server, issued_key, monkeypatch, settings):
+    settings.CLEAR_JUDGE_MODEL = ""
+    monkeypatch.setenv("CLEAR_URL", live_server.url)
+    monkeypatch.setenv("CLEAR_API_KEY", issued_key.secret)
+    return live_server
+
+
+def test_runs_start_wait_status_and_traces_list(clearctl_env, project, capsys):
+    wanted = {make_trace(project, release="v7").trace_id, make_trace(project, release="v7").trace_id}
+    make_trace(project, release="v6")
+
+    # Celery is eager in tests, so the run completes within the start request.
+    assert main(["runs", "start", "--release", "v7", "--judges", "rules", "--wait", "--interval", "0.05"]) == 0
+    out = capsys.readouterr()
+    assert "succeeded" in out.out and "2/2 traces" in out.err and "Started run" in out.err
+    run_id = out.out.split()[1]
+
+    assert main(["runs", "status", run_id, "--json"]) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert status["id"] == run_id and status["progress"]["done"] == 2 and status["release"] == "v7"
+    assert main(["runs", "wait", run_id, "--interval", "0.05"]) == 0
+    assert "[" + "#" * 30 + "]" in capsys.readouterr().err
+
+    assert main(["traces", "list", "--release", "v7", "--json"]) == 0
+    assert {row["trace_id"] for row in json.loads(capsys.readouterr().out)} == wanted
+    assert main(["traces", "list", "--limit", "2"]) == 0
+    assert len(capsys.readouterr().out.strip().splitlines()) == 3  # header and two rows, across pages of 2
+
+
+def test_runs_start_without_wait_prints_the_id(clearctl_env, project, capsys):
+    make_trace(project, release="v1")
+    assert main(["runs", "start", "--release", "v1", "--judges", "rules"]) == 0
+    run_id = capsys.readouterr().out.strip()
+    assert len(run_id) == 36
+
+
+def test_errors_are_reported_with_exit_codes(clearctl_env, monkeypatch, capsys):
+    assert main(["runs", "start", "--judges", "nope"]) == 1
+    assert "Unknown judge 'nope'" in capsys.readouterr().err
+    assert main(["runs", "status", "00000000-0000-0000-0000-000000000000"]) == 1
+    assert "404" in capsys.readouterr().err
+    monkeypatch.setenv("CLEAR_API_KEY", "sk-clear-wrong")
+    assert main(["traces", "list"]) == 1
+    assert "not valid" in capsys.readouterr().err
+    monkeypatch.delenv("CLEAR_API_KEY")
+    assert main(["traces", "list"]) == 2
+    assert "CLEAR_API_KEY" in capsys.readouterr().err
+    monkeypatch.setenv("CLEAR_API_KEY", "sk-clear-x")
+    monkeypatch.setenv("CLEAR_URL", "http://127.0.0.1:9")
+    assert main(["traces", "list"]) == 2
+    assert "Cannot reach Clear" in capsys.readouterr().err
+
+
+def test_the_client_needs_only_the_standard_library():
+    import ast
+    from pathlib import Path
+
+    import clear.cli
+
+    tree = ast.parse(Path(clear.cli.__file__).read_text())
+    modules = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+               for alias in node.names}
+    modules |= {node.module.split(".")[0] for node in ast.walk(tree)
+                if isinstance(node, ast.ImportFrom) and node.module}
+    assert modules <= set(sys.stdlib_module_names) | {"__future__"}, modules
+    env = {"PATH": "/usr/bin:/bin", "CLEAR_API_KEY": "x"}  # no Django settings, no database
+    result = subprocess.run([sys.executable, "-m", "clear.cli", "runs", "--help"], env=env, capture_output=True,
+                            text=True, check=True)
+    assert "start" in result.stdout and "wait" in result.stdout
