@@ -1,11 +1,11 @@
 """The end of a trace's life: an outcome set by the API, deletion (API, UI, retention) and what counted the trace.
 
-Deleting a trace removes its spans, scores, feedback and evidence (database cascade) and takes it out of the counts
-that included it: the diagnosis runs it belonged to (total/done/skipped; tokens and cost stay, they were paid) and,
-where the diagnosis app has insights, their counts. Every deletion goes through `traces_delete`.
+Deleting a trace removes its spans, scores, feedback, insight statements and evidence (database cascade) and takes
+it out of the counts that included it: the diagnosis runs it belonged to (total/done/skipped; tokens and cost stay,
+they were paid) and the insights of those runs (per-run occurrence, headline figures, trend). Every deletion goes
+through `traces_delete`.
 """
 
-import importlib
 import logging
 from collections import defaultdict
 from datetime import datetime, timedelta
@@ -93,19 +93,36 @@ def _runs_finish_if_complete(run_ids: list) -> None:
 
 
 def _insights_recount_prepare(*, project: Project, trace_pks: list[int]):
-    """The diagnosis app's insight recount for these traces, if it has one: a callable to run once they are gone.
+    """What insights counted these traces, read before they go; returns a callable that recounts them afterwards
+    (None when nothing counted them).
 
-    `diagnosis.services.insights.insights_recount_for_traces(project=, trace_pks=)` is looked up at run time so
-    this module works before and after insights exist; it returns a callable (run after the delete) or None.
+    Every insight that occurred in a run which judged one of the traces is recomputed for that run (its
+    statements there, and the run's judged traces — the frequency's denominator), then its headline figures and
+    the project's trend by release. Uses the diagnosis app's recompute helpers (diagnosis/insights/recompute.py).
     """
-    try:
-        insights = importlib.import_module("diagnosis.services.insights")
-    except ModuleNotFoundError:
+    from diagnosis.models import InsightOccurrence, RunTrace
+
+    run_ids = set(RunTrace.objects.filter(trace_id__in=trace_pks).values_list("run_id", flat=True))
+    pairs = set(InsightOccurrence.objects.filter(run_id__in=run_ids, insight__project=project)
+                .values_list("insight_id", "run_id"))
+    if not pairs:
         return None
-    recount = getattr(insights, "insights_recount_for_traces", None)
-    if recount is None:
-        return None
-    return recount(project=project, trace_pks=trace_pks)
+
+    def recount() -> None:
+        from diagnosis.insights.recompute import headline_refresh, occurrence_recompute
+        from diagnosis.insights.trend import trend_refresh
+        from diagnosis.models import DiagnosisRun, Insight
+
+        insights = Insight.objects.in_bulk({insight_id for insight_id, _ in pairs})
+        runs = DiagnosisRun.objects.in_bulk({run_id for _, run_id in pairs})
+        for insight_id, run_id in sorted(pairs, key=str):
+            occurrence_recompute(insight=insights[insight_id], run=runs[run_id])
+        for insight in insights.values():
+            headline_refresh(insight=insight)
+            insight.save()
+        trend_refresh(project_id=project.pk)
+
+    return recount
 
 
 def traces_retention_enforce(*, now: datetime | None = None, batch: int = RETENTION_BATCH) -> int:
