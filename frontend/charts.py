@@ -100,18 +100,18 @@ class GraphNode:
         return self.name if len(self.name) <= 22 else self.name[:21] + "…"
 
     @property
-    def fill(self) -> str:
+    def hue(self) -> int | None:
+        """Red at a 50% pass rate or below, amber at 75%, green at 100%: the range where nodes differ."""
         rate = self.pass_rate
-        if rate is None:
-            return "hsl(220, 14%, 94%)"
-        return f"hsl({round(120 * rate)}, 72%, 92%)"
+        return None if rate is None else round(120 * max(0.0, min(1.0, (rate - 0.5) / 0.5)))
+
+    @property
+    def fill(self) -> str:
+        return "hsl(220, 14%, 94%)" if self.hue is None else f"hsl({self.hue}, 80%, 90%)"
 
     @property
     def stroke(self) -> str:
-        rate = self.pass_rate
-        if rate is None:
-            return "hsl(220, 10%, 60%)"
-        return f"hsl({round(120 * rate)}, 62%, 36%)"
+        return "hsl(220, 10%, 60%)" if self.hue is None else f"hsl({self.hue}, 70%, 35%)"
 
     @property
     def cx(self) -> float:
@@ -129,6 +129,7 @@ class GraphEdge:
     label_y: float = 0.0
     width: float = 1.0
     back: bool = False
+    label_anchor: str = "start"
 
 
 @dataclass
@@ -205,36 +206,66 @@ def workflow_graph(stats: list[NodeStats], edges: list[Edge]) -> Graph | None:
             centre = (len(row) - 1) / 2
             for index, node in enumerate(row):
                 node.order = index - centre
+    # Edges between adjacent layers go straight down; longer calls run in lanes on the left, back edges and longer
+    # hand-offs in lanes on the right, each lane one step further out, shortest innermost.
+    long_left, long_right = [], []
+    for edge in edges:
+        source, target = nodes[edge.source], nodes[edge.target]
+        span = target.layer - source.layer
+        if span == 1:
+            continue
+        if span > 1 and edge.kind == "call":
+            long_left.append(edge)
+        else:
+            long_right.append(edge)
+    long_left.sort(key=lambda e: (nodes[e.target].layer - nodes[e.source].layer, nodes[e.target].layer))
+    long_right.sort(key=lambda e: (abs(nodes[e.target].layer - nodes[e.source].layer), nodes[e.target].layer))
+    lane = 14
+    left_room = (lane * len(long_left) + 24) if long_left else 0
+    right_room = (lane * len(long_right) + 24) if long_right else 0
     widest = max(len(row) for row in rows.values())
-    width = 2 * MARGIN + widest * NODE_W + (widest - 1) * GAP_X
+    inner = widest * NODE_W + (widest - 1) * GAP_X
+    width = 2 * MARGIN + left_room + inner + right_room
     for layer_id, row in rows.items():
         row_w = len(row) * NODE_W + (len(row) - 1) * GAP_X
-        left = (width - row_w) / 2
+        left = MARGIN + left_room + (inner - row_w) / 2
         for index, node in enumerate(row):
             node.x = round(left + index * (NODE_W + GAP_X), 1)
             node.y = MARGIN + layer_id * (NODE_H + GAP_Y)
     height = 2 * MARGIN + (max(rows) + 1) * NODE_H + max(rows) * GAP_Y
+    left_edge = MARGIN + left_room
+    right_edge = MARGIN + left_room + inner
     top_count = max((e.count for e in edges), default=1)
+    lanes = {id(e): i for i, e in enumerate(long_left)} | {id(e): i for i, e in enumerate(long_right)}
+    left_ids = {id(e) for e in long_left}
     graph_edges = []
+    r = 8  # corner radius
     for edge in edges:
         source, target = nodes[edge.source], nodes[edge.target]
-        is_back = (edge.source, edge.target) in back or target.layer <= source.layer
-        item = GraphEdge(edge.source, edge.target, edge.kind, edge.count, back=is_back,
+        shift = -12 if edge.kind == "call" else 12  # calls enter on the left half, hand-offs on the right
+        item = GraphEdge(edge.source, edge.target, edge.kind, edge.count,
+                         back=target.layer <= source.layer,
                          width=round(1 + 2.5 * math.log1p(edge.count) / math.log1p(top_count), 2))
-        if not is_back:
-            # Calls leave from the left half, hand-offs from the right half, so parallel edges stay apart.
-            shift = -12 if edge.kind == "call" else 12
+        tx, ty = target.cx + shift, target.y
+        if target.layer - source.layer == 1:
             x1, y1 = source.cx + shift, source.y + source.h
-            x2, y2 = target.cx + shift, target.y
-            bend = (y2 - y1) / 2
-            item.path = f"M{x1},{y1} C{x1},{y1 + bend} {x2},{y2 - bend} {x2},{y2 - 6}"
-            item.label_x, item.label_y = (x1 + x2) / 2 + 4, (y1 + y2) / 2
+            bend = (ty - y1) / 2
+            item.path = f"M{x1},{y1} C{x1},{y1 + bend} {tx},{ty - bend} {tx},{ty - 2}"
+            item.label_x, item.label_y = (x1 + tx) / 2 + 5, (y1 + ty) / 2
+        elif id(edge) in left_ids:
+            out = left_edge - 16 - lane * lanes[id(edge)]
+            sy, gap_y = source.y + source.h / 2, ty - GAP_Y / 2 + 6 * (lanes[id(edge)] % 3)
+            item.path = (f"M{source.x},{sy} L{out + r},{sy} Q{out},{sy} {out},{sy + r} L{out},{gap_y - r} "
+                         f"Q{out},{gap_y} {out + r},{gap_y} L{tx - r},{gap_y} Q{tx},{gap_y} {tx},{gap_y + r} "
+                         f"L{tx},{ty - 2}")
+            item.label_x, item.label_y = out - 3, (sy + gap_y) / 2
+            item.label_anchor = "end"
         else:
-            x1, y1 = source.x + source.w, source.y + source.h / 2
-            x2, y2 = target.x + target.w, target.y + target.h / 2
-            reach = max(x1, x2) + 40 + 10 * abs(source.layer - target.layer)
-            item.path = f"M{x1},{y1} C{reach},{y1} {reach},{y2} {x2 + 6},{y2}"
-            item.label_x, item.label_y = reach - 8, (y1 + y2) / 2
-            width = max(width, reach + MARGIN)
+            out = right_edge + 16 + lane * lanes[id(edge)]
+            sx, sy = source.x + source.w, source.y + source.h / 2
+            ex, ey = target.x + target.w, target.y + target.h / 2
+            item.path = (f"M{sx},{sy} L{out - r},{sy} Q{out},{sy} {out},{sy + (r if ey > sy else -r)} "
+                         f"L{out},{ey - (r if ey > sy else -r)} Q{out},{ey} {out - r},{ey} L{ex + 2},{ey}")
+            item.label_x, item.label_y = out + 3, (sy + ey) / 2
         graph_edges.append(item)
     return Graph(nodes=list(nodes.values()), edges=graph_edges, width=width, height=height)

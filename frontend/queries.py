@@ -10,9 +10,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
 
-from django.db import connection
-from django.db.models import Count, Exists, F, Max, Min, OuterRef, Q, QuerySet, Subquery, Sum, Window
-from django.db.models.functions import Coalesce, Lag, Trunc
+from django.db.models import Count, Exists, F, Max, Min, OuterRef, Q, QuerySet, Subquery, Sum
+from django.db.models.functions import Coalesce, Trunc
 
 from clear.projects.models import Project
 from diagnosis.models import DiagnosisRun, Feedback
@@ -248,28 +247,49 @@ class Edge:
     count: int
 
 
+_SIBLING_GROUP_MAX = 200
+
+
+def _handoffs(group: list[tuple]) -> list[tuple[str, str]]:
+    """(from node, to node) for one set of sibling agent spans [(node, start, end)] in start order: each span's
+    immediate predecessors are the siblings that ended before it started with no other such sibling in between,
+    so two agents running side by side hand off to whoever runs after both, never to each other."""
+    if len(group) > _SIBLING_GROUP_MAX:  # pathological fan-out: consecutive pairs only
+        return [(a[0], b[0]) for a, b in zip(group, group[1:], strict=False)]
+    pairs = []
+    for index, (node, start, _end) in enumerate(group):
+        before = [p for p in group[:index] if p[2] <= start]
+        for previous in before:
+            if not any(other is not previous and previous[2] <= other[1] for other in before):
+                pairs.append((previous[0], node))
+    return pairs
+
+
 def workflow_edges(*, project: Project, release: str = "", sample: int = GRAPH_TRACE_SAMPLE) -> list[Edge]:
     """Transitions between nodes observed in the newest `sample` traces: a span of node A with a child of node B
-    (call), and consecutive AGENT spans under one parent (hand-off). Self-transitions are left out."""
+    (call), and sequential AGENT spans under one parent (hand-off: B started after A ended, with no sibling agent
+    in between). Self-transitions are left out. Two queries."""
     spans = _spans_in_scope(project=project, release=release, sample=sample)
     parent_node = Span.objects.filter(trace_id=OuterRef("trace_id"), span_id=OuterRef("parent_span_id")).values("node")
     calls = (spans.exclude(parent_span_id="").annotate(parent_node=Subquery(parent_node[:1]))
              .values("parent_node", "node").annotate(n=Count("pk")).order_by())
     edges = [Edge(r["parent_node"], r["node"], "call", r["n"]) for r in calls
              if r["parent_node"] is not None and r["parent_node"] != r["node"]]
-    ordered = (spans.filter(kind=Span.Kind.AGENT)
-               .annotate(prev_node=Window(Lag("node"), partition_by=[F("trace_id"), F("parent_span_id")],
-                                          order_by=[F("start_time").asc(), F("pk").asc()]))
-               .values("prev_node", "node"))
-    sql, params = ordered.query.sql_with_params()
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT w.prev_node, w.node, COUNT(*) FROM ({sql}) w "  # noqa: S608 - the ORM's own SQL and params
-            "WHERE w.prev_node IS NOT NULL AND w.prev_node <> w.node GROUP BY w.prev_node, w.node",
-            params,
-        )
-        edges += [Edge(prev, node, "handoff", n) for prev, node, n in cursor.fetchall()]
-    return sorted(edges, key=lambda e: (e.kind, e.source, e.target))
+    agents = (spans.filter(kind=Span.Kind.AGENT).order_by("trace_id", "parent_span_id", "start_time", "pk")
+              .values_list("trace_id", "parent_span_id", "node", "start_time", "end_time"))
+    counts: dict[tuple[str, str], int] = {}
+    group: list[tuple] = []
+    key = None
+    for trace_pk, parent, node, start, end in agents.iterator(chunk_size=5000):
+        if (trace_pk, parent) != key:
+            for pair in _handoffs(group):
+                counts[pair] = counts.get(pair, 0) + 1
+            group, key = [], (trace_pk, parent)
+        group.append((node, start, max(end or start, start)))
+    for pair in _handoffs(group):
+        counts[pair] = counts.get(pair, 0) + 1
+    edges += [Edge(a, b, "handoff", n) for (a, b), n in counts.items() if a and b and a != b]
+    return sorted(edges, key=lambda e: (e.kind, -e.count, e.source, e.target))
 
 
 # ---------------------------------------------------------------------------------------------------------------

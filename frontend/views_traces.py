@@ -62,6 +62,11 @@ class SpanRow:
     has_children: bool = False
 
     @property
+    def show_node(self) -> bool:
+        """Agent spans name their node unless their name says it already; other spans inherit it."""
+        return bool(self.span.node) and self.span.kind == "AGENT" and self.span.node not in self.span.name
+
+    @property
     def indent(self) -> int:
         return min(self.depth, 24) * 14
 
@@ -170,6 +175,7 @@ def trace_detail(request: HttpRequest, slug: str, trace_id: str) -> HttpResponse
     names = {row.span.span_id: row.span.name for row in rows}
     for item in feedback:
         item.issue_list = _issue_list(item, names)
+        item.evidence_count = sum(len(issue["evidence"]) for issue in item.issue_list)
     for row in rows:
         row.failing = sum(1 for f in by_span.get(row.span.span_id, []) if f.verdict == Feedback.Verdict.FAIL)
         row.cited = len(citing.get(row.span.span_id, []))

@@ -77,13 +77,17 @@ def test_walk_through_every_page(live_server, page, project, owner, settings, ax
     assert page.locator(".wf-bar").count() == 16
     assert "rule.repeated_tool_call" in page.inner_text("[data-testid=trace-feedback]")
     check("ui-trace")
-    # An evidence link opens the viewer at the cited span, highlighted, with the quote marked in its content.
-    page.click("[data-testid=evidence-link] >> nth=0")
+    # A verdict opens the span it blames, with its evidence; an evidence link opens the cited span, highlighted,
+    # with the quote marked in its content.
+    page.click("[data-judge='rule.repeated_tool_call'] [data-testid=verdict-link]")
+    page.wait_for_selector("[data-testid=span-detail] [data-judge='rule.repeated_tool_call']")
+    assert "billing_worker" in page.inner_text(".span-row.selected")
+    page.click("[data-testid=span-detail] [data-testid=evidence-link] >> nth=0")
     page.wait_for_selector(".span-row.selected")
-    assert "span=" in page.url
     selected = page.get_attribute(".span-row.selected", "data-span-id")
-    assert selected in page.url
-    assert page.locator("[data-testid=span-detail] mark").count() >= 1
+    assert f"span={selected}" in page.url
+    assert "INV-9011" in page.inner_text("[data-testid=span-input] mark")
+    assert page.evaluate("document.querySelector('.span-row.selected').getBoundingClientRect().top") < 860
     check("ui-trace-evidence")
 
     page.click("nav[aria-label=Project] >> text=Diagnosis runs")

@@ -18,6 +18,19 @@
     });
   });
 
+  // Rubric form: picking another kind swaps in that kind's example config, unless the config was edited.
+  var kindSelect = document.querySelector("select[data-config-examples]");
+  var examplesNode = kindSelect && document.getElementById(kindSelect.getAttribute("data-config-examples"));
+  var configArea = document.getElementById("id_config");
+  if (kindSelect && examplesNode && configArea) {
+    var examples = JSON.parse(examplesNode.textContent);
+    kindSelect.addEventListener("change", function () {
+      var current = configArea.value.trim();
+      var untouched = !current || Object.keys(examples).some(function (k) { return examples[k].trim() === current; });
+      if (untouched && examples[kindSelect.value]) { configArea.value = examples[kindSelect.value]; }
+    });
+  }
+
   // Trace viewer: bring the selected span into view (?span=<id> opens the viewer at it).
   var selected = document.querySelector(".span-row.selected");
   if (selected && new URLSearchParams(window.location.search).has("span")) {
