@@ -17,6 +17,11 @@ urlpatterns = [
     path("api/v1/rubrics/<int:rubric_id>/",
          api_route(get=apis.RubricDetailApi, patch=apis.RubricUpdateApi, delete=apis.RubricDeleteApi),
          name="rubric-detail"),
+    # /api/v1/insights/
+    path("api/v1/insights/", apis.InsightListApi.as_view(), name="insight-list"),
+    path("api/v1/insights/<int:insight_id>/", apis.InsightDetailApi.as_view(), name="insight-detail"),
+    path("api/v1/insights/<int:insight_id>/evidence/", apis.InsightEvidenceListApi.as_view(),
+         name="insight-evidence"),
     # The first paths, kept for existing clients (not in the schema).
     path("api/v1/diagnosis/runs", apis.LegacyRunListApi.as_view(), name="legacy-run-list"),
     path("api/v1/diagnosis/runs/create", apis.LegacyRunCreateApi.as_view(), name="legacy-run-create"),

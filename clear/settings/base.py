@@ -241,6 +241,7 @@ SPECTACULAR_SETTINGS.update({
     "ENUM_NAME_OVERRIDES": {
         "DiagnosisRunStatusEnum": "diagnosis.models.DiagnosisRun.Status",
         "FeedbackStatusEnum": "diagnosis.models.Feedback.Status",
+        "InsightStatusEnum": "diagnosis.models.Insight.Status",
         "WebhookDeliveryStatusEnum": "clear.webhooks.models.WebhookDelivery.Status",
     },
     "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "clear.api.schema.error_responses_hook"],

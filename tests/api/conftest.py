@@ -9,7 +9,16 @@ from rest_framework.test import APIClient
 from clear.projects.services import api_key_create
 from clear.webhooks.models import WebhookDelivery
 from clear.webhooks.services import webhook_create
-from diagnosis.models import DiagnosisRun, Feedback, Rubric, RunTrace
+from diagnosis.models import (
+    DiagnosisRun,
+    Feedback,
+    Insight,
+    InsightEvidence,
+    InsightOccurrence,
+    InsightStatement,
+    Rubric,
+    RunTrace,
+)
 from traces.models import Score, Span, Trace
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=timezone.utc)
@@ -47,6 +56,8 @@ class ProjectData:
     rubric: Rubric
     webhook: object
     delivery: WebhookDelivery
+    insight: Insight
+    evidence: InsightEvidence
 
     def client(self) -> APIClient:
         return APIClient(HTTP_AUTHORIZATION=f"Bearer {self.key.secret}")
@@ -66,8 +77,18 @@ def make_project_data(project, user) -> ProjectData:
     webhook = webhook_create(project=project, url="http://127.0.0.1:9/hook", events=["diagnosis_run.finished"])
     delivery = WebhookDelivery.objects.create(webhook=webhook, project=project, event="diagnosis_run.finished",
                                               payload={"event": "diagnosis_run.finished"})
+    insight = Insight.objects.create(project=project, level=Insight.Level.NODE, node="planner",
+                                     title="skips the lookup", count=1, trace_count=1, frequency=1.0, last_seen=T0)
+    statement = InsightStatement.objects.create(project=project, run=run, feedback=feedback, trace=trace,
+                                                kind="issue", text="skipped the lookup", node="planner",
+                                                judge="rule.span_error", node_insight=insight)
+    evidence = InsightEvidence.objects.create(insight=insight, run=run, trace=trace, span_id="a" * 16,
+                                              feedback=feedback, statement=statement, statement_text=statement.text,
+                                              quote="answer")
+    InsightOccurrence.objects.create(insight=insight, run=run, count=1, trace_count=1, judged=1, frequency=1.0,
+                                     trace_ids=[trace.trace_id], releases={"r1": 1})
     return ProjectData(project=project, key=key, trace=trace, run=run, feedback=feedback, rubric=rubric,
-                       webhook=webhook, delivery=delivery)
+                       webhook=webhook, delivery=delivery, insight=insight, evidence=evidence)
 
 
 @pytest.fixture(autouse=True)

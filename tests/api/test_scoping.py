@@ -25,6 +25,7 @@ PATH_OBJECTS = {
     "run_id": lambda data: str(data.run.id),
     "rubric_id": lambda data: data.rubric.id,
     "webhook_id": lambda data: data.webhook.id,
+    "insight_id": lambda data: data.insight.id,
 }
 # The row field that identifies each list's objects, and that object in a project's data.
 LISTS = {
@@ -33,6 +34,7 @@ LISTS = {
     "/api/v1/feedback/": ("id", lambda data: data.feedback.id),
     "/api/v1/rubrics/": ("id", lambda data: data.rubric.id),
     "/api/v1/webhooks/": ("id", lambda data: data.webhook.id),
+    "/api/v1/insights/": ("id", lambda data: data.insight.id),
 }
 BODIES = {
     ("POST", "/api/v1/traces/{trace_id}/outcome/"): {"outcome": "failure"},
@@ -69,7 +71,8 @@ def test_the_schema_lists_the_endpoints():
     assert {"/api/v1/traces/", "/api/v1/traces/{trace_id}/", "/api/v1/traces/{trace_id}/outcome/", "/api/v1/runs/",
             "/api/v1/runs/{run_id}/", "/api/v1/runs/{run_id}/cancel/", "/api/v1/feedback/", "/api/v1/rubrics/",
             "/api/v1/rubrics/{rubric_id}/", "/api/v1/webhooks/", "/api/v1/webhooks/{webhook_id}/",
-            "/api/v1/webhooks/{webhook_id}/deliveries/"} <= paths
+            "/api/v1/webhooks/{webhook_id}/deliveries/", "/api/v1/insights/", "/api/v1/insights/{insight_id}/",
+            "/api/v1/insights/{insight_id}/evidence/"} <= paths
 
 
 def _routes(patterns, prefix=""):
