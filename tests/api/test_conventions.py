@@ -103,3 +103,13 @@ def test_docs_and_schema_are_served_without_a_cdn(client):
     assert docs.status_code == 200
     html = docs.content.decode()
     assert "swagger-ui" in html and "cdn.jsdelivr" not in html and "/static/drf_spectacular_sidecar/" in html
+
+
+def test_head_and_options_work_on_paths_shared_by_several_apis(client, project):
+    trace = make_trace(project)
+    assert client.head(f"/api/v1/traces/{trace.trace_id}/").status_code == 200
+    options = client.options(f"/api/v1/traces/{trace.trace_id}/")
+    assert options.status_code == 200
+    patch = client.patch(f"/api/v1/traces/{trace.trace_id}/", {}, format="json")
+    assert patch.status_code == 405 and patch.json()["code"] == "method_not_allowed"
+    assert {"GET", "DELETE"} <= {m.strip() for m in patch["Allow"].split(",")}
