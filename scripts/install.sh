@@ -18,6 +18,7 @@ if [ "${1:-}" = "--dev" ]; then
   echo "==> installing Clear with test dependencies"
   $PIP install -q -e ".[dev]"
   apt_install chromium docker-compose bubblewrap git
+  npm install --prefix var --no-save axe-core@4 >/dev/null || echo "(npm unavailable: the browser tests install axe-core into var/ themselves)"
 else
   echo "==> installing Clear"
   $PIP install -q -e .
