@@ -170,3 +170,36 @@ def test_hostile_trace_content_never_runs(live_server, page, project, owner, set
     assert "javascript:window.__pwned=4" in page.inner_text("[data-testid=span-output]")
     assert not dialogs
     assert page.evaluate("typeof window.__pwned") == "undefined"
+
+
+def test_progress_bar_follows_a_running_run(live_server, page, project, owner, settings):
+    """The run page polls the status JSON: a run judged while the page is open moves the bar, then the page
+    shows the finished run."""
+    settings.CLEAR_JUDGE_MODEL = ""
+    from diagnosis.services import diagnosis_run_execute, diagnosis_run_start
+    from tests.diagnosis.support import support_desk_ingest
+
+    support_desk_ingest(project=project, bugs="all", release="r1")
+    run = diagnosis_run_start(project=project, enqueue=False, judges=["rules"], name="slow run",
+                              config={"trace_delay_seconds": 0.25})
+    login(page, live_server.url)
+    page.goto(f"{live_server.url}/p/{project.slug}/runs/{run.pk}/")
+    page.wait_for_selector("[data-testid=cancel-form]")
+    assert page.get_attribute("[data-testid=run-progress]", "aria-valuenow") == "0"
+    page.evaluate("""() => {
+        const bar = document.querySelector('[data-testid=run-progress]');
+        new MutationObserver(() => {
+            const seen = JSON.parse(sessionStorage.getItem('seen') || '[]');
+            seen.push(Number(bar.getAttribute('aria-valuenow')));
+            sessionStorage.setItem('seen', JSON.stringify(seen));
+        }).observe(bar, {attributes: true, attributeFilter: ['aria-valuenow']});
+    }""")
+    diagnosis_run_execute(run=run)  # judged here, in the test's thread, while the browser polls
+    page.wait_for_selector("[data-testid=run-status] .pill.ok", timeout=30_000)  # reloaded once finished
+    assert page.get_attribute("[data-testid=run-progress]", "aria-valuenow") == "100"
+    assert "22 judged" in re.sub(r"\s+", " ", page.inner_text("[data-testid=progress-text]"))
+    assert page.locator("[data-testid=cancel-form]").count() == 0
+    seen = page.evaluate("JSON.parse(sessionStorage.getItem('seen') || '[]')")
+    assert seen[-1] == 100 and any(0 < value < 100 for value in seen), seen  # it moved while the run ran
+    assert seen == sorted(seen)
+    screenshot(page, "ui-run-finished")
