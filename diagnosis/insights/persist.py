@@ -60,7 +60,7 @@ def _is_latest(insight: Insight, run: DiagnosisRun) -> bool:
 
 
 def _apply_name(insight: Insight, name, cluster, group: Group, drafts: list[Draft], new: bool) -> None:
-    medoid = next(d.text for d in drafts if d.key == cluster.medoid_id)
+    medoid = next(drafts[r].text for r in group.rows if drafts[r].key == cluster.medoid_id)
     judges = judges_of([drafts[r].judge for r in group.rows])
     if new or (name.source == "llm" and insight.naming_source != "llm"):
         insight.title = name.title[:300]
