@@ -58,6 +58,7 @@ INSTALLED_APPS = [
     "traces",
     "diagnosis",
     "diagnosis.attribution",
+    "diagnosis.tickets",
     "evolution",
     "frontend",
 ]

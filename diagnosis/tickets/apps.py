@@ -1,0 +1,7 @@
+from django.apps import AppConfig
+
+
+class TicketsConfig(AppConfig):
+    name = "diagnosis.tickets"
+    label = "tickets"
+    verbose_name = "Tickets"
