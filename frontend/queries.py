@@ -296,6 +296,13 @@ def workflow_edges(*, project: Project, release: str = "", sample: int = GRAPH_T
 # diagnosis runs
 
 
+def runs_with_failing(runs: QuerySet[DiagnosisRun]) -> QuerySet[DiagnosisRun]:
+    """The runs, each with `failing_feedback`: its count of failing verdicts (one subquery, not one per row)."""
+    failing = (Feedback.objects.filter(run=OuterRef("pk"), verdict=Feedback.Verdict.FAIL).order_by()
+               .values("run").annotate(n=Count("pk")).values("n"))
+    return runs.annotate(failing_feedback=Coalesce(Subquery(failing[:1]), 0))
+
+
 def run_failing_feedback(*, project: Project, run: DiagnosisRun, limit: int = 100) -> list[Feedback]:
     return list(Feedback.objects.filter(project=project, run=run, verdict=Feedback.Verdict.FAIL)
                 .select_related("trace").order_by("trace__start_time", "trace_id", "judge", "target_span_id")[:limit])

@@ -69,7 +69,7 @@ def run_progress(run: DiagnosisRun) -> dict:
 @login_required
 def run_list(request: HttpRequest, slug: str) -> HttpResponse:
     project = project_for(request, slug)
-    runs = diagnosis_run_list(project=project).select_related("created_by")
+    runs = queries.runs_with_failing(diagnosis_run_list(project=project).select_related("created_by"))
     page = keyset_page(runs, field="created_at", cursor=request.GET.get("cursor"), limit=PAGE_SIZE)
     for run in page.items:
         run.progress = run_progress(run)

@@ -399,3 +399,26 @@ def test_hostile_content_is_escaped_on_every_page(project, owner, evil_trace):
     assert seen_escaped == set(PAYLOADS)
     # The node name went into the SVG graph as text.
     assert escape(EVIL_AGENT) in client.get(f"{base}/workflow/").content.decode()
+
+
+def test_forms_need_the_csrf_token(seeded, owner):
+    from django.test import Client
+
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(owner)
+    base = f"/p/{seeded.project.slug}"
+    rubric = Rubric.objects.filter(project=seeded.project).first()
+    feedback = Feedback.objects.filter(run=seeded.run).first()
+    for url in (f"{base}/runs/new/", f"{base}/runs/{seeded.run.pk}/cancel/", f"{base}/settings/rubrics/",
+                f"{base}/settings/rubrics/{rubric.pk}/delete/", f"{base}/feedback/{feedback.pk}/mark-wrong/",
+                f"{base}/settings/api-keys/create/"):
+        assert client.post(url, {"name": "x"}).status_code == 403, url
+    assert Rubric.objects.filter(pk=rubric.pk).exists()
+    html = client.get(f"{base}/settings/rubrics/").content.decode()
+    assert html.count('name="csrfmiddlewaretoken"') >= 1 + 2 * Rubric.objects.filter(project=seeded.project).count()
+
+
+def test_a_queued_run_says_it_waits_for_a_worker(seeded, owner):
+    run = diagnosis_run_start(project=seeded.project, enqueue=False, judges=RULES)
+    html = client_for(owner).get(f"/p/{seeded.project.slug}/runs/{run.pk}/").content.decode()
+    assert 'data-testid="queued-hint"' in html and "worker_probe" in html
