@@ -18,6 +18,7 @@ urlpatterns = [
     path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="api-redoc"),
     path("", include("traces.urls")),
     path("", include("diagnosis.urls")),
+    path("", include("diagnosis.tickets.urls")),
     path("", include("evolution.urls")),
     path("", include("clear.webhooks.urls")),
     # Any other /api/v1/ path: a 404 in the API's error body, not the HTML page (after every app's API routes).

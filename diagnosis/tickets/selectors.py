@@ -1,0 +1,65 @@
+"""Reads of tickets and the tracker connection, always scoped to a project."""
+
+from __future__ import annotations
+
+from django.db.models import QuerySet
+
+from clear.projects.models import Project
+
+from .errors import IssueTrackerNotConfiguredError, TicketInvalidError, TicketNotFoundError
+from .models import IssueTrackerConnection, Ticket
+
+UNRESOLVED = (Ticket.Status.OPEN, Ticket.Status.IN_PROGRESS)
+STATUS_FILTERS = ("open", "all", *Ticket.Status.values)
+
+
+def ticket_statuses(status: str) -> list[str] | None:
+    """A status filter as statuses: "open" is every unresolved ticket (open and in_progress), "all" is None, and
+    "in_progress" / "fixed" / "wont_fix" are themselves."""
+    if status not in STATUS_FILTERS:
+        raise TicketInvalidError(f"status must be one of {', '.join(STATUS_FILTERS)}; got {status!r}")
+    if status == "all":
+        return None
+    return list(UNRESOLVED) if status == "open" else [status]
+
+
+def ticket_list(*, project: Project, status: str = "all", level: str | None = None, node: str | None = None,
+                severity: str | None = None, insight_id: int | None = None) -> QuerySet[Ticket]:
+    """The project's tickets, newest first."""
+    tickets = Ticket.objects.filter(project=project)
+    statuses = ticket_statuses(status)
+    if statuses is not None:
+        tickets = tickets.filter(status__in=statuses)
+    if level:
+        tickets = tickets.filter(level=level)
+    if node is not None:
+        tickets = tickets.filter(node=node)
+    if severity:
+        tickets = tickets.filter(severity=severity)
+    if insight_id is not None:
+        tickets = tickets.filter(insight_id=insight_id)
+    return tickets.order_by("-pk")
+
+
+def ticket_get(*, project: Project, ticket_id) -> Ticket:
+    try:
+        pk = int(ticket_id)
+    except (TypeError, ValueError):
+        pk = 0
+    ticket = Ticket.objects.filter(project=project, pk=pk).first() if 0 < pk < 2**63 else None
+    if ticket is None:
+        raise TicketNotFoundError(f"No ticket {ticket_id} in this project")
+    return ticket
+
+
+def ticket_for_insight(*, project: Project, insight) -> Ticket | None:
+    return Ticket.objects.filter(project=project, insight=insight).order_by("pk").first()
+
+
+def issue_tracker_get(*, project: Project) -> IssueTrackerConnection:
+    connection = IssueTrackerConnection.objects.filter(project=project).first()
+    if connection is None:
+        raise IssueTrackerNotConfiguredError(
+            "This project has no issue tracker: connect one (PUT /api/v1/tickets/tracker/ or "
+            "`manage.py connect_issue_tracker`) with a base URL, a repository owner/name and a token")
+    return connection
