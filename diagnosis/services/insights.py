@@ -108,6 +108,9 @@ def insights_build(*, run: DiagnosisRun, force: bool = False) -> dict | None:
         DiagnosisRun.objects.filter(pk=run.pk).update(insights_status="failed", insights_finished_at=timezone.now(),
                                                       insights_error=f"{type(exc).__name__}: {exc}"[:5000])
         raise
+    from diagnosis.tickets.services import ticket_sync_after_insights  # tickets follow the insights (never raises)
+
+    ticket_sync_after_insights(run_id=run.pk)
     run.refresh_from_db()
     return summary
 

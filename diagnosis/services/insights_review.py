@@ -92,6 +92,9 @@ def insight_status_set(*, project: Project, insight: Insight, status: str, user=
         insight.save(update_fields=["status", "updated_at"])
         InsightEvent.objects.create(insight=insight, kind="status", user=user,
                                     data={"previous": previous, "status": status, "note": note})
+        from diagnosis.tickets.services import ticket_sync_from_insight  # its ticket follows (reopened too)
+
+        ticket_sync_from_insight(insight=insight)
     return insight
 
 
