@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections import Counter
 
 import numpy as np
-from django.db.models import Exists, OuterRef
 
 from diagnosis.insights.embedding import centroid_bytes, vectors_for
 from diagnosis.insights.persist import LINK_MIN_SHARE
@@ -18,11 +17,12 @@ def judged_traces(run: DiagnosisRun) -> dict:
     outcome says so; without an outcome, when some judge of this run gave it a failing verdict."""
     from diagnosis.clustering import TraceInfo
 
-    failing = Feedback.objects.filter(run=run, trace_id=OuterRef("trace_id"), verdict=Feedback.Verdict.FAIL)
-    rows = RunTrace.objects.filter(run=run, status=RunTrace.Status.DONE).annotate(failing=Exists(failing)) \
-        .values_list("trace_id", "trace__release", "trace__outcome", "failing")
-    return {str(pk): TraceInfo(failed=(outcome == "failure") if outcome else bool(failing), release=release or "")
-            for pk, release, outcome, failing in rows}
+    failing = set(Feedback.objects.filter(run=run, verdict=Feedback.Verdict.FAIL).values_list("trace_id", flat=True)
+                  .distinct())
+    rows = RunTrace.objects.filter(run=run, status=RunTrace.Status.DONE).values_list(
+        "trace_id", "trace__release", "trace__outcome")
+    return {str(pk): TraceInfo(failed=(outcome == "failure") if outcome else pk in failing, release=release or "")
+            for pk, release, outcome in rows}
 
 
 def _field(insight: Insight) -> str:

@@ -65,11 +65,9 @@ def _severity_of_score(score: float | None) -> str:
     return "high" if score <= 0.25 else "medium" if score <= 0.6 else "low"
 
 
-def corrected_keys(*, project_id: int, trace_pks: set[int] | None = None) -> set[tuple[int, str, str]]:
+def corrected_keys(*, project_id: int) -> set[tuple[int, str, str]]:
     """(trace pk, judge, target span id or "") of every feedback marked wrong in the project."""
     rows = FeedbackCorrection.objects.filter(project_id=project_id)
-    if trace_pks is not None:
-        rows = rows.filter(feedback__trace_id__in=list(trace_pks))
     return {(t, j, s or "") for t, j, s in rows.values_list("feedback__trace_id", "feedback__judge",
                                                               "feedback__target_span_id")}
 
@@ -98,7 +96,7 @@ def statements_collect(*, run: DiagnosisRun) -> list[Draft]:
         .values("pk", "trace_id", "trace__trace_id", "trace__release", "target_span_id", "judge", "judge_kind",
                 "verdict", "score", "critique", "issues", "rubric__node")
     )
-    corrected = corrected_keys(project_id=run.project_id, trace_pks={r["trace_id"] for r in rows})
+    corrected = corrected_keys(project_id=run.project_id)
     nodes = _span_nodes({(r["trace_id"], r["target_span_id"]) for r in rows if r["target_span_id"]})
     drafts: list[Draft] = []
     for row in rows:
