@@ -27,8 +27,8 @@ class Command(BaseCommand):
             if options["run"]:
                 run = diagnosis_run_get(project=project, run_id=options["run"])
             else:
-                run = DiagnosisRun.objects.filter(project=project, status__in=(
-                    DiagnosisRun.Status.SUCCEEDED, DiagnosisRun.Status.BUDGET_EXHAUSTED)).order_by("-created_at").first()
+                finished = (DiagnosisRun.Status.SUCCEEDED, DiagnosisRun.Status.BUDGET_EXHAUSTED)
+                run = DiagnosisRun.objects.filter(project=project, status__in=finished).order_by("-created_at").first()
                 if run is None:
                     raise CommandError("The project has no finished diagnosis run; run `manage.py diagnose` first.")
         except ClearError as exc:
