@@ -53,7 +53,8 @@ def trace_search(*, project: Project, filters: TraceFilter) -> QuerySet[Trace]:
         traces = traces.filter(Exists(Span.objects.filter(trace=OuterRef("pk"), node=filters.node)))
     if filters.q:
         text = filters.q.strip()
-        traces = traces.filter(Q(name__icontains=text) | Q(task_id__icontains=text) | Q(trace_id__startswith=text.lower()))
+        traces = traces.filter(Q(name__icontains=text) | Q(task_id__icontains=text)
+                               | Q(trace_id__startswith=text.lower()))
     if filters.since:
         traces = traces.filter(start_time__gte=filters.since)
     if filters.until:

@@ -71,7 +71,8 @@ PAYLOADS = {
     "script": '<script>window.__pwned = 1; document.title = "pwned";</script>',
     "img": '<img src="x" onerror="window.__pwned = 2; document.title = \'pwned\'">',
     "js_link": '[click me](javascript:window.__pwned=3) <a href="javascript:window.__pwned=4">click</a>',
-    "markdown_html": '**bold** <iframe srcdoc="<script>parent.__pwned=5</script>"></iframe> <svg onload="window.__pwned=6"></svg>',
+    "markdown_html": ('**bold** <iframe srcdoc="<script>parent.__pwned=5</script>"></iframe> '
+                      '<svg onload="window.__pwned=6"></svg>'),
 }
 EVIL_TRACE_ID = "e" * 31 + "1"
 EVIL_AGENT = '<img src=x onerror="window.__pwned=7">'

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.conftest import free_port  # noqa: F401 - re-exported for tests that start servers
-
 PASSWORD = "correct horse battery staple"
 
 

@@ -3,6 +3,7 @@ filters, the trace viewer, runs, rubrics, marking a verdict wrong, escaping of h
 
 from __future__ import annotations
 
+from datetime import timedelta
 from html import escape
 
 import pytest
@@ -29,7 +30,8 @@ def _pages(seeded) -> list[str]:
     base = f"/p/{project.slug}"
     return [
         f"{base}/", f"{base}/workflow/", f"{base}/nodes/", f"{base}/traces/", f"{base}/traces/{trace.trace_id}/",
-        f"{base}/runs/", f"{base}/runs/new/", f"{base}/runs/{seeded.run.pk}/", f"{base}/runs/{seeded.run.pk}/status.json",
+        f"{base}/runs/", f"{base}/runs/new/", f"{base}/runs/{seeded.run.pk}/",
+        f"{base}/runs/{seeded.run.pk}/status.json",
         f"{base}/settings/api-keys/", f"{base}/settings/rubrics/", f"{base}/settings/rubrics/{rubric.pk}/",
         f"{base}/settings/judge/",
     ]
@@ -120,12 +122,14 @@ def test_trace_filters(seeded, owner):
     assert 0 < len(failed) < 22
     assert _listed(client, project, "?outcome=failure&release=r2") == []
     billing = set(_listed(client, project, "?node=billing_worker"))
-    expected = set(Span.objects.filter(project=project, node="billing_worker").values_list("trace__trace_id", flat=True))
+    expected = set(Span.objects.filter(project=project, node="billing_worker")
+                   .values_list("trace__trace_id", flat=True))
     assert billing == expected and 0 < len(billing) < 44
     assert len(_listed(client, project, "?q=compare-two")) == 2
     trace = _trace(project, "compare-two-invoices")
     assert _listed(client, project, f"?q={trace.trace_id[:10]}") == [trace.trace_id]
-    window = f"?since={trace.start_time:%Y-%m-%dT%H:%M}&until={trace.start_time.replace(minute=trace.start_time.minute + 1):%Y-%m-%dT%H:%M}"
+    until = trace.start_time + timedelta(minutes=1)
+    window = f"?since={trace.start_time:%Y-%m-%dT%H:%M}&until={until:%Y-%m-%dT%H:%M}"
     assert _listed(client, project, window) == [trace.trace_id]
     assert _listed(client, project, "?q=no-such-task") == []
     html = client.get(f"/p/{project.slug}/traces/?q=no-such-task").content.decode()

@@ -72,7 +72,8 @@ def _stats(name, spans=10, bad=0):
 
 def test_workflow_layout_layers_follow_the_flow_and_survive_cycles():
     stats = [_stats("desk"), _stats("planner"), _stats("worker", bad=5), _stats("writer")]
-    edges = [Edge("desk", "planner", "call", 10), Edge("desk", "worker", "call", 10), Edge("desk", "writer", "call", 10),
+    edges = [Edge("desk", "planner", "call", 10), Edge("desk", "worker", "call", 10),
+             Edge("desk", "writer", "call", 10),
              Edge("planner", "worker", "handoff", 10), Edge("worker", "writer", "handoff", 10),
              Edge("writer", "planner", "handoff", 1)]  # a retry loop back to the planner
     graph = workflow_graph(stats, edges)
