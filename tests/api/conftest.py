@@ -9,6 +9,7 @@ from rest_framework.test import APIClient
 from clear.projects.services import api_key_create
 from clear.webhooks.models import WebhookDelivery
 from clear.webhooks.services import webhook_create
+from diagnosis.tickets.models import IssueTrackerConnection, Ticket
 from diagnosis.models import (
     DiagnosisRun,
     Feedback,
@@ -58,12 +59,15 @@ class ProjectData:
     delivery: WebhookDelivery
     insight: Insight
     evidence: InsightEvidence
+    ticket: Ticket
+    marker: str  # in every name and title of this project's objects: another project's reads must not show it
 
     def client(self) -> APIClient:
         return APIClient(HTTP_AUTHORIZATION=f"Bearer {self.key.secret}")
 
 
 def make_project_data(project, user) -> ProjectData:
+    marker = f"mark{secrets.token_hex(6)}"
     key = api_key_create(project=project, name="api tests", created_by=user)
     trace = make_trace(project)
     Score.objects.create(project=project, trace=trace, name="quality", value=0.3)
@@ -72,13 +76,14 @@ def make_project_data(project, user) -> ProjectData:
     RunTrace.objects.create(run=run, trace=trace, status=RunTrace.Status.DONE)
     feedback = Feedback.objects.create(run=run, project=project, trace=trace, judge="rule.span_error",
                                        judge_kind="rule", verdict=Feedback.Verdict.FAIL, target_span_id="a" * 16)
-    rubric = Rubric.objects.create(project=project, name="never refund", kind=Rubric.Kind.TOOL_NEVER,
+    rubric = Rubric.objects.create(project=project, name=f"never refund {marker}", kind=Rubric.Kind.TOOL_NEVER,
                                    config={"tool": "refund"})
-    webhook = webhook_create(project=project, url="http://127.0.0.1:9/hook", events=["diagnosis_run.finished"])
+    webhook = webhook_create(project=project, url="http://127.0.0.1:9/hook", events=["diagnosis_run.finished"],
+                             description=marker)
     delivery = WebhookDelivery.objects.create(webhook=webhook, project=project, event="diagnosis_run.finished",
-                                              payload={"event": "diagnosis_run.finished"})
+                                              payload={"event": "diagnosis_run.finished", "data": marker})
     insight = Insight.objects.create(project=project, level=Insight.Level.NODE, node="planner",
-                                     title="skips the lookup", count=1, trace_count=1, frequency=1.0, last_seen=T0)
+                                     title=f"skips the lookup {marker}", count=1, trace_count=1, frequency=1.0, last_seen=T0)
     statement = InsightStatement.objects.create(project=project, run=run, feedback=feedback, trace=trace,
                                                 kind="issue", text="skipped the lookup", node="planner",
                                                 judge="rule.span_error", node_insight=insight)
@@ -87,8 +92,12 @@ def make_project_data(project, user) -> ProjectData:
                                               quote="answer")
     InsightOccurrence.objects.create(insight=insight, run=run, count=1, trace_count=1, judged=1, frequency=1.0,
                                      trace_ids=[trace.trace_id], releases={"r1": 1})
+    ticket = Ticket.objects.create(project=project, insight=insight, fingerprint=marker, title=f"ticket {marker}",
+                                   level="node", node="planner", severity="medium")
+    IssueTrackerConnection.objects.create(project=project, repository=f"acme/{marker}", token="ghp_" + marker)
     return ProjectData(project=project, key=key, trace=trace, run=run, feedback=feedback, rubric=rubric,
-                       webhook=webhook, delivery=delivery, insight=insight, evidence=evidence)
+                       webhook=webhook, delivery=delivery, insight=insight, evidence=evidence, ticket=ticket,
+                       marker=marker)
 
 
 @pytest.fixture(autouse=True)

@@ -11,6 +11,6 @@ def test_insights_filter_and_show_their_evidence(mine, theirs):
     assert ids({"level": "system"}) == []
     assert ids({"run": str(theirs.run.id)}) == []  # another project's run matches nothing
     detail = client.get(f"/api/v1/insights/{mine.insight.id}/").json()
-    assert detail["title"] == "skips the lookup" and detail["last_run_id"] is None
+    assert detail["title"] == f"skips the lookup {mine.marker}" and detail["last_run_id"] is None
     evidence = client.get(f"/api/v1/insights/{mine.insight.id}/evidence/").json()["results"]
     assert [(e["trace_id"], e["span_id"], e["quote"]) for e in evidence] == [(mine.trace.trace_id, "a" * 16, "answer")]

@@ -10,6 +10,7 @@ from rest_framework.test import APIClient
 
 from clear.webhooks.models import Webhook
 from diagnosis.models import DiagnosisRun, Rubric
+from diagnosis.tickets.models import Ticket
 from traces.models import Trace
 
 pytestmark = pytest.mark.django_db
@@ -26,6 +27,7 @@ PATH_OBJECTS = {
     "rubric_id": lambda data: data.rubric.id,
     "webhook_id": lambda data: data.webhook.id,
     "insight_id": lambda data: data.insight.id,
+    "ticket_id": lambda data: data.ticket.id,
 }
 # The row field that identifies each list's objects, and that object in a project's data.
 LISTS = {
@@ -35,11 +37,16 @@ LISTS = {
     "/api/v1/rubrics/": ("id", lambda data: data.rubric.id),
     "/api/v1/webhooks/": ("id", lambda data: data.webhook.id),
     "/api/v1/insights/": ("id", lambda data: data.insight.id),
+    "/api/v1/tickets/": ("id", lambda data: data.ticket.id),
+    "/api/v1/insights/{insight_id}/evidence/": ("id", lambda data: data.evidence.id),
+    "/api/v1/webhooks/{webhook_id}/deliveries/": ("id", lambda data: str(data.delivery.id)),
 }
 BODIES = {
     ("POST", "/api/v1/traces/{trace_id}/outcome/"): {"outcome": "failure"},
     ("PATCH", "/api/v1/rubrics/{rubric_id}/"): {"name": "renamed"},
     ("PATCH", "/api/v1/webhooks/{webhook_id}/"): {"active": False},
+    ("PATCH", "/api/v1/tickets/{ticket_id}/"): {"status": "fixed"},
+    ("PUT", "/api/v1/tickets/tracker/"): {"repository": "acme/agent"},
 }
 
 
@@ -100,20 +107,37 @@ def test_another_projects_object_is_not_found(method, path, mine, theirs):
     assert DiagnosisRun.objects.get(pk=theirs.run.pk).status == DiagnosisRun.Status.SUCCEEDED
     assert Rubric.objects.get(pk=theirs.rubric.pk).name == theirs.rubric.name
     assert Webhook.objects.get(pk=theirs.webhook.pk).active
+    assert Ticket.objects.get(pk=theirs.ticket.pk).status == Ticket.Status.OPEN
     # The owner reaches the same object.
     if method == "GET":
         assert _call(theirs.client(), method, _url(path, theirs)).status_code == 200
 
 
-@pytest.mark.parametrize("method, path", [op for op in OPERATIONS if op[0] == "GET" and not _params(op[1])
-                                          and op[1] != "/api/v1/project/"])
+def _is_page(method: str, path: str) -> bool:
+    schema = SCHEMA["paths"][path][method.lower()]["responses"].get("200", {})
+    ref = schema.get("content", {}).get("application/json", {}).get("schema", {}).get("$ref", "")
+    return ref.startswith("#/components/schemas/Paginated")
+
+
+@pytest.mark.parametrize("method, path", [op for op in OPERATIONS if op[0] == "GET" and _is_page(*op)])
 def test_lists_hold_only_the_keys_project(method, path, mine, theirs):
     assert path in LISTS, f"add {path} to LISTS (its id field) so its scoping is tested"
     field, identify = LISTS[path]
-    body = mine.client().get(path).json()
+    body = mine.client().get(_url(path, mine)).json()
     ids = {row[field] for row in body["results"]}
     assert identify(mine) in ids
     assert identify(theirs) not in ids
+
+
+@pytest.mark.parametrize("method, path", [op for op in OPERATIONS if op[0] == "GET"])
+def test_reads_never_show_another_projects_objects(method, path, mine, theirs):
+    response = mine.client().get(_url(path, mine))
+    assert response.status_code == 200, response.content[:300]
+    text = response.content.decode()
+    for marker in (theirs.marker, theirs.trace.trace_id, str(theirs.run.id)):
+        assert marker not in text
+    assert mine.marker in text or mine.trace.trace_id in text or str(mine.run.id) in text or path in (
+        "/api/v1/project/",)
 
 
 @pytest.mark.parametrize("method, path", OPERATIONS)
