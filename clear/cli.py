@@ -2,6 +2,9 @@
 
     CLEAR_URL=https://clear.example.com CLEAR_API_KEY=sk-clear-… clearctl runs start --release v42 --wait
 
+Commands: runs start|status|wait, traces list, tickets export. (`gate`, comparing a release's insights with a
+baseline's, comes with the insights compare endpoint.)
+
 Configuration: CLEAR_URL (default http://127.0.0.1:8000) and CLEAR_API_KEY (a project's secret key), or --url and
 --api-key. Exit codes: 0 success, 1 the run did not succeed or the API refused, 2 usage or connection problems.
 """
@@ -36,21 +39,27 @@ class Client:
         self.api_key = api_key
         self.timeout = timeout
 
-    def request(self, method: str, path: str, *, body: dict | None = None, params: dict | None = None) -> Any:
+    def request(self, method: str, path: str, *, body: dict | None = None, params: dict | None = None,
+                raw: bool = False) -> Any:
+        """The response's JSON (its text with raw=True); API errors raise CliError with the API's message."""
         url = path if path.startswith("http") else self.url + path
         query = urllib.parse.urlencode({k: v for k, v in (params or {}).items() if v not in (None, "")}, doseq=True)
         if query:
             url += ("&" if "?" in url else "?") + query
         data = json.dumps(body).encode() if body is not None else None
-        headers = {"Authorization": f"Bearer {self.api_key}", "Accept": "application/json", "User-Agent": USER_AGENT}
+        headers = {"Authorization": f"Bearer {self.api_key}", "User-Agent": USER_AGENT}
+        if not raw:
+            headers["Accept"] = "application/json"
         if data is not None:
             headers["Content-Type"] = "application/json"
         for attempt in range(MAX_THROTTLE_WAITS + 1):
             request = urllib.request.Request(url, data=data, headers=headers, method=method)
             try:
                 with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                    raw = response.read()
-                    return json.loads(raw) if raw else None
+                    content = response.read()
+                    if raw:
+                        return content.decode("utf-8")
+                    return json.loads(content) if content else None
             except urllib.error.HTTPError as exc:
                 if exc.code == 429 and attempt < MAX_THROTTLE_WAITS:
                     time.sleep(float(exc.headers.get("Retry-After") or 1))
@@ -204,6 +213,18 @@ def cmd_traces_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_tickets_export(args: argparse.Namespace) -> int:
+    text = _client(args).request("GET", "/api/v1/tickets/export/", params={"output": args.format,
+                                                                           "status": args.status}, raw=True)
+    if args.output and args.output != "-":
+        with open(args.output, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        print(f"Wrote {args.output}.", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="clearctl", description="Clear's REST API from the command line.")
     parser.add_argument("--url", help=f"Clear's base URL (default: $CLEAR_URL or {DEFAULT_URL})")
@@ -249,6 +270,15 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("--limit", type=int, default=50, help="at most this many traces (default 50)")
     listing.add_argument("--json", action="store_true")
     listing.set_defaults(func=cmd_traces_list)
+
+    tickets = groups.add_parser("tickets", help="tickets (one per insight)").add_subparsers(dest="command",
+                                                                                           required=True)
+    export = tickets.add_parser("export", help="the bug list as Markdown, CSV or JSON")
+    export.add_argument("--format", choices=["md", "csv", "json"], default="md")
+    export.add_argument("--status", default="open",
+                        help="open (unresolved, the default), all, or one status: open, in_progress, fixed, wont_fix")
+    export.add_argument("--output", "-o", help="write to this file instead of stdout")
+    export.set_defaults(func=cmd_tickets_export)
     return parser
 
 

@@ -78,3 +78,13 @@ def test_the_client_needs_only_the_standard_library():
     result = subprocess.run([sys.executable, "-m", "clear.cli", "runs", "--help"], env=env, capture_output=True,
                             text=True, check=True)
     assert "start" in result.stdout and "wait" in result.stdout
+
+
+def test_tickets_export(clearctl_env, mine, tmp_path, capsys):
+    assert main(["tickets", "export"]) == 0
+    assert mine.marker in capsys.readouterr().out
+    target = tmp_path / "bugs.csv"
+    assert main(["tickets", "export", "--format", "csv", "--status", "all", "-o", str(target)]) == 0
+    assert mine.marker in target.read_text() and target.read_text().startswith("id,")
+    assert main(["tickets", "export", "--status", "nope"]) == 1
+    assert "status" in capsys.readouterr().err
