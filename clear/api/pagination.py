@@ -2,7 +2,7 @@
 
 A page is `{"next": url | null, "previous": url | null, "results": [...]}`. The cursor is an opaque token holding
 the sort key of the row it continues from, so pages stay stable while rows are inserted (offsets would shift) and
-each page costs one indexed range scan. The ordering must end in a unique, non-null field (the primary key);
+each page is one range query. The ordering must end in a unique, non-null field (the primary key);
 nullable sort fields are annotated with Coalesce by the caller.
 """
 
