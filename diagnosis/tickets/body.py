@@ -20,7 +20,8 @@ FINGERPRINT_RE = re.compile(r"<!--\s*clear-fingerprint:\s*([0-9a-zA-Z_-]{8,64})\
 EVIDENCE_MAX = 8  # quotes in a body, one per trace first
 QUOTE_MAX_CHARS = 600
 TRACES_MAX = 25  # affected traces listed to reproduce
-_MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|~])")
+# With [ and ] escaped no link or image can form, so ( ) and ! stay readable.
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]#|~])")
 
 
 def md_escape(text: str) -> str:
