@@ -14,12 +14,35 @@ from django.db.models import Count, Exists, F, Max, Min, OuterRef, Q, QuerySet, 
 from django.db.models.functions import Coalesce, Trunc
 
 from clear.projects.models import Project
-from diagnosis.models import DiagnosisRun, Feedback
+from diagnosis.models import DiagnosisRun, Feedback, FeedbackCorrection
 from traces.models import Span, Trace
 
 # The workflow graph looks at this many of the newest matching traces: enough to see every path the agent takes,
 # bounded so the page stays fast on a project with millions of spans.
 GRAPH_TRACE_SAMPLE = 2000
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# failing verdicts
+
+
+def failing_feedback() -> QuerySet[Feedback]:
+    """Failing verdicts nobody marked wrong: a correction covers its feedback and the same judge's verdicts on the
+    same trace and target in other runs (as insight clustering treats them)."""
+    corrected = FeedbackCorrection.objects.filter(
+        feedback__trace_id=OuterRef("trace_id"), feedback__judge=OuterRef("judge"),
+        feedback__target_span_id=OuterRef("target_span_id"))
+    return Feedback.objects.filter(verdict=Feedback.Verdict.FAIL).exclude(Exists(corrected))
+
+
+def corrections_for(*, project: Project, feedback: list[Feedback]) -> dict[tuple, FeedbackCorrection]:
+    """{(trace pk, judge, target span id): the correction} covering these feedback rows; one query."""
+    traces = {f.trace_id for f in feedback}
+    if not traces:
+        return {}
+    rows = (FeedbackCorrection.objects.filter(project=project, feedback__trace_id__in=traces)
+            .select_related("feedback", "created_by").order_by("created_at"))
+    return {(c.feedback.trace_id, c.feedback.judge, c.feedback.target_span_id): c for c in rows}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -59,7 +82,7 @@ def trace_search(*, project: Project, filters: TraceFilter) -> QuerySet[Trace]:
         traces = traces.filter(start_time__gte=filters.since)
     if filters.until:
         traces = traces.filter(start_time__lt=filters.until)
-    failing = (Feedback.objects.filter(trace=OuterRef("pk"), verdict=Feedback.Verdict.FAIL).order_by()
+    failing = (failing_feedback().filter(trace=OuterRef("pk")).order_by()
                .values("trace").annotate(n=Count("pk")).values("n"))
     return traces.annotate(failing_feedback=Coalesce(Subquery(failing[:1]), 0))
 
@@ -184,7 +207,7 @@ class JudgeSpend:
 def judge_spend(*, project: Project) -> JudgeSpend:
     totals = DiagnosisRun.objects.filter(project=project).aggregate(
         runs=Count("pk"), cost=Sum("cost"), input_tokens=Sum("input_tokens"), output_tokens=Sum("output_tokens"))
-    failing = Feedback.objects.filter(project=project, verdict=Feedback.Verdict.FAIL).count()
+    failing = failing_feedback().filter(project=project).count()
     return JudgeSpend(runs=totals["runs"] or 0, cost=totals["cost"] or 0.0, input_tokens=totals["input_tokens"] or 0,
                       output_tokens=totals["output_tokens"] or 0, feedback_failing=failing)
 
@@ -228,8 +251,7 @@ def _spans_in_scope(*, project: Project, release: str = "", sample: int | None =
 def node_stats(*, project: Project, release: str = "", sample: int | None = None) -> list[NodeStats]:
     """Per node: spans, traces, error spans, spans with a failing verdict, and the pass rate (share of spans with
     neither). One grouped query."""
-    failing = Feedback.objects.filter(trace_id=OuterRef("trace_id"), target_span_id=OuterRef("span_id"),
-                                      verdict=Feedback.Verdict.FAIL)
+    failing = failing_feedback().filter(trace_id=OuterRef("trace_id"), target_span_id=OuterRef("span_id"))
     rows = (_spans_in_scope(project=project, release=release, sample=sample).annotate(failed=Exists(failing))
             .values("node").annotate(
                 spans=Count("pk"), traces=Count("trace_id", distinct=True),
@@ -299,7 +321,7 @@ def workflow_edges(*, project: Project, release: str = "", sample: int = GRAPH_T
 
 def runs_with_failing(runs: QuerySet[DiagnosisRun]) -> QuerySet[DiagnosisRun]:
     """The runs, each with `failing_feedback`: its count of failing verdicts (one subquery, not one per row)."""
-    failing = (Feedback.objects.filter(run=OuterRef("pk"), verdict=Feedback.Verdict.FAIL).order_by()
+    failing = (failing_feedback().filter(run=OuterRef("pk")).order_by()
                .values("run").annotate(n=Count("pk")).values("n"))
     return runs.annotate(failing_feedback=Coalesce(Subquery(failing[:1]), 0))
 

@@ -115,6 +115,11 @@ def _tree_rows(spans: list[Span]) -> list[SpanRow]:
     return rows
 
 
+def _counts(feedback: Feedback) -> bool:
+    """A failing verdict nobody marked wrong."""
+    return feedback.verdict == Feedback.Verdict.FAIL and not getattr(feedback, "corrected", None)
+
+
 def _issue_list(feedback: Feedback, names: dict[str, str]) -> list[dict]:
     """A feedback's issues as plain dicts for the template, each evidence with its span's name."""
     issues = []
@@ -159,6 +164,12 @@ def trace_detail(request: HttpRequest, slug: str, trace_id: str) -> HttpResponse
     run = run or (runs[0] if runs else None)
     feedback = queries.trace_feedback(project=project, trace=trace, run_id=run["run_id"]) if run else []
 
+    names = {row.span.span_id: row.span.name for row in rows}
+    corrections = queries.corrections_for(project=project, feedback=feedback)
+    for item in feedback:
+        item.issue_list = _issue_list(item, names)
+        item.evidence_count = sum(len(issue["evidence"]) for issue in item.issue_list)
+        item.corrected = corrections.get((item.trace_id, item.judge, item.target_span_id))
     by_span: dict[str | None, list[Feedback]] = defaultdict(list)
     quotes: dict[str, list[str]] = defaultdict(list)
     citing: dict[str, list[Feedback]] = defaultdict(list)
@@ -170,14 +181,10 @@ def trace_detail(request: HttpRequest, slug: str, trace_id: str) -> HttpResponse
                 if isinstance(evidence, dict) and evidence.get("span_id"):
                     if evidence.get("quote"):
                         quotes[evidence["span_id"]].append(str(evidence["quote"]))
-                    if item.verdict == Feedback.Verdict.FAIL and item not in citing[evidence["span_id"]]:
+                    if _counts(item) and item not in citing[evidence["span_id"]]:
                         citing[evidence["span_id"]].append(item)
-    names = {row.span.span_id: row.span.name for row in rows}
-    for item in feedback:
-        item.issue_list = _issue_list(item, names)
-        item.evidence_count = sum(len(issue["evidence"]) for issue in item.issue_list)
     for row in rows:
-        row.failing = sum(1 for f in by_span.get(row.span.span_id, []) if f.verdict == Feedback.Verdict.FAIL)
+        row.failing = sum(1 for f in by_span.get(row.span.span_id, []) if _counts(f))
         row.cited = len(citing.get(row.span.span_id, []))
 
     span_ids = {row.span.span_id for row in rows}
@@ -206,6 +213,7 @@ def trace_detail(request: HttpRequest, slug: str, trace_id: str) -> HttpResponse
             "feedback": by_span.get(selected.span_id, []), "cited_by": citing.get(selected.span_id, []),
         }
     failing = [f for f in feedback if f.verdict in (Feedback.Verdict.FAIL, Feedback.Verdict.UNCERTAIN)]
+    failing.sort(key=lambda f: bool(f.corrected))  # the ones still standing first
     passed = sorted({f.judge for f in feedback if f.verdict == Feedback.Verdict.PASS}
                     - {f.judge for f in failing})
     context = {
@@ -221,7 +229,7 @@ def trace_detail(request: HttpRequest, slug: str, trace_id: str) -> HttpResponse
 
 def mark_wrong_service():
     """`feedback_mark_wrong` from diagnosis.services, looked up when needed: it may not exist yet."""
-    for module_name in ("diagnosis.services", "diagnosis.services.feedback"):
+    for module_name in ("diagnosis.services", "diagnosis.services.insights_review", "diagnosis.services.feedback"):
         try:
             module = importlib.import_module(module_name)
         except ImportError:
@@ -259,6 +267,7 @@ def feedback_mark_wrong(request: HttpRequest, slug: str, feedback_id: int) -> Ht
         except ClearError as exc:
             messages.error(request, exc.message)
         else:
-            messages.success(request, f"Marked the {feedback.judge} verdict wrong.")
+            messages.success(request, f"Marked the {feedback.judge} verdict wrong: it no longer counts against the "
+                                      "span, and insights leave it out from their next build.")
     return redirect(_viewer_url(project.slug, feedback.trace.trace_id, span_id=feedback.target_span_id,
                                 run_id=feedback.run_id))

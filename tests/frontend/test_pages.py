@@ -9,7 +9,7 @@ from html import escape
 import pytest
 
 from clear.errors import ClearError
-from diagnosis.models import DiagnosisRun, Feedback, Rubric
+from diagnosis.models import DiagnosisRun, Feedback, FeedbackCorrection, Rubric
 from diagnosis.services import diagnosis_run_start
 from diagnosis.services.judging import RULE_JUDGES
 from tests.frontend.conftest import EVIL_AGENT, EVIL_TRACE_ID, PAYLOADS, client_for
@@ -213,9 +213,9 @@ def test_long_content_is_folded(seeded, owner):
 
 
 def test_mark_wrong_without_the_service_stores_nothing(seeded, owner, monkeypatch):
-    import diagnosis.services as services
+    import frontend.views_traces as views_traces
 
-    monkeypatch.delattr(services, "feedback_mark_wrong", raising=False)
+    monkeypatch.setattr(views_traces, "mark_wrong_service", lambda: None)
     feedback = Feedback.objects.filter(run=seeded.run, verdict="fail").first()
     before = Feedback.objects.filter(pk=feedback.pk).values().get()
     client = client_for(owner)
@@ -226,27 +226,53 @@ def test_mark_wrong_without_the_service_stores_nothing(seeded, owner, monkeypatc
     assert "nothing was stored" in response.content.decode()
     assert response.redirect_chain[-1][0].endswith(f"#row-{feedback.target_span_id}")
     assert Feedback.objects.filter(pk=feedback.pk).values().get() == before
+    assert not FeedbackCorrection.objects.exists()
 
 
-def test_mark_wrong_calls_the_service_when_it_exists(seeded, owner, monkeypatch):
-    import diagnosis.services as services
-
-    calls = []
-
-    def feedback_mark_wrong(*, feedback, user, note=""):
-        calls.append((feedback.pk, user.email, note))
-        if note == "boom":
-            raise ClearError("This verdict was already marked wrong")
-
-    monkeypatch.setattr(services, "feedback_mark_wrong", feedback_mark_wrong, raising=False)
-    feedback = Feedback.objects.filter(run=seeded.run, verdict="fail").first()
+def test_marking_a_verdict_wrong_stores_a_correction_and_stops_counting_it(seeded, owner):
+    project = seeded.project
+    trace = _trace(project, "compare-two-invoices")
+    feedback = Feedback.objects.get(run=seeded.run, trace=trace, judge="rule.repeated_tool_call")
     client = client_for(owner)
-    url = f"/p/{seeded.project.slug}/feedback/{feedback.pk}/mark-wrong/"
-    html = client.post(url, {"note": "the tool did succeed"}, follow=True).content.decode()
-    assert calls == [(feedback.pk, "alice@example.com", "the tool did succeed")]
-    assert "verdict wrong" in html
-    html = client.post(url, {"note": "boom"}, follow=True).content.decode()
-    assert "This verdict was already marked wrong" in html
+    url = f"/p/{project.slug}/traces/{trace.trace_id}/?span={feedback.target_span_id}"
+    before = client.get(url)
+    row = next(r for r in before.context["rows"] if r.span.span_id == feedback.target_span_id)
+    failing_before = row.failing
+    listed = {t.trace_id: t.failing_feedback for t in client.get(f"/p/{project.slug}/traces/?release=r1")
+              .context["page"].items}
+    nodes_before = {n.node: n.failing for n in client.get(f"/p/{project.slug}/nodes/").context["rows"]}
+
+    html = client.post(f"/p/{project.slug}/feedback/{feedback.pk}/mark-wrong/",
+                       {"note": "five retries of a rate-limited call are expected"}, follow=True).content.decode()
+    correction = FeedbackCorrection.objects.get(feedback=feedback)
+    assert (correction.note, correction.created_by) == ("five retries of a rate-limited call are expected", owner)
+    assert "verdict wrong" in html and 'data-testid="corrected"' in html
+    assert "five retries of a rate-limited call are expected" in html
+
+    after = client.get(url)
+    row = next(r for r in after.context["rows"] if r.span.span_id == feedback.target_span_id)
+    assert row.failing == failing_before - 1
+    relisted = {t.trace_id: t.failing_feedback for t in client.get(f"/p/{project.slug}/traces/?release=r1")
+                .context["page"].items}
+    assert relisted[trace.trace_id] == listed[trace.trace_id] - 1
+    nodes_after = {n.node: n.failing for n in client.get(f"/p/{project.slug}/nodes/").context["rows"]}
+    assert nodes_after["billing_worker"] <= nodes_before["billing_worker"]
+    # Marking it again changes the note, not the count.
+    client.post(f"/p/{project.slug}/feedback/{feedback.pk}/mark-wrong/", {"note": "expected"})
+    assert FeedbackCorrection.objects.get(feedback=feedback).note == "expected"
+
+
+def test_mark_wrong_errors_are_messages(seeded, owner, monkeypatch):
+    import frontend.views_traces as views_traces
+
+    def feedback_mark_wrong(*, project, feedback, note, user):
+        raise ClearError("This verdict cannot be corrected")
+
+    monkeypatch.setattr(views_traces, "mark_wrong_service", lambda: feedback_mark_wrong)
+    feedback = Feedback.objects.filter(run=seeded.run, verdict="fail").first()
+    html = client_for(owner).post(f"/p/{seeded.project.slug}/feedback/{feedback.pk}/mark-wrong/", follow=True)\
+        .content.decode()
+    assert "This verdict cannot be corrected" in html
 
 
 # ---- diagnosis runs ----------------------------------------------------------------------------------------------
