@@ -101,9 +101,9 @@ def body_render(*, ticket) -> str:
         f"- **Frequency:** {frequency} of judged traces ({ticket.trace_count} traces in the latest run)",
         f"- **Lift:** {_lift(ticket.lift_low, ticket.lift, ticket.lift_high)}",
     ]
-    if ticket.first_seen:
-        lines.append(f"- **First seen:** {ticket.first_seen:%Y-%m-%d %H:%M} UTC · **last seen:** "
-                     f"{ticket.last_seen:%Y-%m-%d %H:%M} UTC")
+    if ticket.first_seen and ticket.last_seen:
+        # Dates only: the body (and the pushed issue) should change when the problem does, not at every run.
+        lines.append(f"- **First seen:** {ticket.first_seen:%Y-%m-%d} · **last seen:** {ticket.last_seen:%Y-%m-%d}")
     if ticket.merged_into_id:
         lines.append(f"- **Merged into ticket {ticket.merged_into_id}**: the pattern is tracked there.")
     lines += ["", "## Evidence", ""]

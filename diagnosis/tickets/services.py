@@ -139,6 +139,23 @@ def _close_merged(ticket: Ticket, insight: Insight, summary: SyncSummary, now) -
     return ticket
 
 
+def _push_soon(project_id) -> None:
+    """Tickets changed: when the project has an enabled tracker, push after commit (the push skips what is
+    unchanged, and a message lost here is made up by the next push)."""
+    if not IssueTrackerConnection.objects.filter(project_id=project_id, enabled=True).exists():
+        return
+
+    def send() -> None:
+        from .tasks import push_tickets as push_tickets_task
+
+        try:
+            push_tickets_task.delay(project_id)
+        except Exception:  # noqa: BLE001 - the broker is down: the tickets are saved, the next push sends them
+            logger.exception("tickets.push_enqueue_failed project=%s", project_id)
+
+    transaction.on_commit(send)
+
+
 def ticket_sync_for_insights(*, project: Project, insights: Iterable[Insight] | None = None) -> SyncSummary:
     """Create or update the tickets of `insights` (default: every listed insight of the project, merged-away ones
     included so their tickets close). Idempotent: one ticket per fingerprint, however often it runs."""
@@ -152,6 +169,8 @@ def ticket_sync_for_insights(*, project: Project, insights: Iterable[Insight] | 
             if insight.project_id != project.pk:
                 raise TicketInvalidError(f"Insight {insight.pk} is not in project {project.pk}")
             _sync_one(insight, summary, now)
+        if summary.created or summary.updated:
+            _push_soon(project.pk)
     return summary
 
 
@@ -160,7 +179,11 @@ def ticket_sync_from_insight(*, insight: Insight) -> Ticket | None:
     run). Makes the ticket if the insight has none yet."""
     with transaction.atomic():
         Project.objects.select_for_update().filter(pk=insight.project_id).first()
-        return _sync_one(Insight.objects.get(pk=insight.pk), SyncSummary(), timezone.now())
+        summary = SyncSummary()
+        ticket = _sync_one(Insight.objects.get(pk=insight.pk), summary, timezone.now())
+        if summary.created or summary.updated:
+            _push_soon(insight.project_id)
+    return ticket
 
 
 def ticket_sync_after_insights(*, run_id) -> dict | None:
@@ -199,6 +222,8 @@ def ticket_status_set(*, project: Project, ticket: Ticket, status: str, user=Non
         changed = ["status", "status_changed_at", "reopen_count"] if _set_status(ticket, status,
                                                                                  timezone.now()) else []
         _save(ticket, changed)
+        if changed:  # else the insight's sync above saved the new status and queued the push
+            _push_soon(project.pk)
     return ticket
 
 

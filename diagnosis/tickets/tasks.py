@@ -19,8 +19,12 @@ def push_tickets(self, project_id: int) -> None:
         return
     try:
         tickets_push(project=project)
-    except (IssueTrackerNotConfiguredError, TicketPushConflictError) as exc:
+    except IssueTrackerNotConfiguredError as exc:
         logger.info("tickets.push_skipped project=%s: %s", project_id, exc.message)
+    except TicketPushConflictError as exc:
+        # Another push is running and may have read the tickets before this change: push again after it.
+        if not self.request.is_eager and self.request.retries < self.max_retries:
+            raise self.retry(countdown=60) from exc
     except IssueTrackerError as exc:
         # Kept on the connection by the service. Only a network failure, 5xx or rate limit is worth another try;
         # eager tasks (tests, no broker) have no "later".

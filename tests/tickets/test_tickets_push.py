@@ -183,3 +183,20 @@ def test_push_api_and_command_go_through_the_task(project, api, github):
                                          "token": "ghp_revoked_0000000000"}, format="json")
     assert api.post("/api/v1/tickets/push/").status_code == 202
     assert "401" in api.get("/api/v1/tickets/tracker/").json()["last_error"]
+
+
+def test_a_change_is_pushed_after_commit_when_a_tracker_is_connected(project, github,
+                                                                     django_capture_on_commit_callbacks):
+    tickets = _synthetic(project)
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        connect(project, github)
+        ticket_status_set(project=project, ticket=tickets[0], status="in_progress")
+    assert len(callbacks) == 1 and len(github.clear_issues()) == 3  # the first push opens every issue
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        ticket_status_set(project=project, ticket=tickets[0], status="fixed")
+    number = Ticket.objects.get(pk=tickets[0].pk).external_number
+    assert len(callbacks) == 1 and github.issues[number]["state"] == "closed"
+    IssueTrackerConnection.objects.filter(project=project).update(enabled=False)
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        ticket_status_set(project=project, ticket=tickets[0], status="open")
+    assert callbacks == [] and github.issues[number]["state"] == "closed"
