@@ -89,6 +89,17 @@ def test_walk_through_every_page(live_server, page, project, owner, settings, ax
     assert "INV-9011" in page.inner_text("[data-testid=span-input] mark")
     assert page.evaluate("document.querySelector('.span-row.selected').getBoundingClientRect().top") < 860
     check("ui-trace-evidence")
+    # Mark the retry-loop verdict wrong from the span it blames.
+    page.go_back()
+    page.wait_for_selector("[data-testid=span-detail] [data-judge='rule.repeated_tool_call']")
+    card = page.locator("[data-testid=span-detail] [data-judge='rule.repeated_tool_call']")
+    card.locator("summary", has_text="Verdict wrong?").click()
+    card.locator("textarea").fill("retrying a rate-limited call is what we want")
+    card.locator("button[type=submit]").click()
+    page.wait_for_selector("[data-testid=span-detail] [data-testid=corrected]")
+    assert "retrying a rate-limited call is what we want" in page.inner_text("[data-testid=span-detail]")
+    assert "marked wrong" in page.inner_text("[data-testid=failing-list]")
+    check("ui-trace-marked-wrong")
 
     page.click("nav[aria-label=Project] >> text=Diagnosis runs")
     page.wait_for_selector("[data-testid=run-table]")
