@@ -243,6 +243,7 @@ SPECTACULAR_SETTINGS.update({
         "DiagnosisRunStatusEnum": "diagnosis.models.DiagnosisRun.Status",
         "FeedbackStatusEnum": "diagnosis.models.Feedback.Status",
         "InsightStatusEnum": "diagnosis.models.Insight.Status",
+        "TicketStatusEnum": ["open", "in_progress", "fixed", "wont_fix"],  # Ticket.Status.values (label = value)
         "WebhookDeliveryStatusEnum": "clear.webhooks.models.WebhookDelivery.Status",
     },
     "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "clear.api.schema.error_responses_hook"],
