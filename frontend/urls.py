@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from frontend import views, views_runs, views_settings, views_traces
+from frontend import views, views_insights, views_runs, views_settings, views_traces
 
 app_name = "frontend"
 
@@ -18,6 +18,13 @@ urlpatterns = [
     path("p/<slug:slug>/traces/<str:trace_id>/", views_traces.trace_detail, name="trace"),
     path("p/<slug:slug>/feedback/<int:feedback_id>/mark-wrong/", views_traces.feedback_mark_wrong,
          name="feedback-mark-wrong"),
+    path("p/<slug:slug>/insights/", views_insights.insight_list_view, name="insights"),
+    path("p/<slug:slug>/insights/<int:insight_id>/", views_insights.insight_detail, name="insight"),
+    path("p/<slug:slug>/insights/<int:insight_id>/review/", views_insights.insight_review, name="insight-review"),
+    path("p/<slug:slug>/insights/<int:insight_id>/status/", views_insights.insight_status, name="insight-status"),
+    path("p/<slug:slug>/tickets/", views_insights.ticket_list_view, name="tickets"),
+    path("p/<slug:slug>/tickets/export/", views_insights.ticket_export, name="tickets-export"),
+    path("p/<slug:slug>/tickets/<int:ticket_id>/status/", views_insights.ticket_status, name="ticket-status"),
     path("p/<slug:slug>/runs/", views_runs.run_list, name="runs"),
     path("p/<slug:slug>/runs/new/", views_runs.run_new, name="run-new"),
     path("p/<slug:slug>/runs/<uuid:run_id>/", views_runs.run_detail, name="run"),

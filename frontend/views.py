@@ -69,6 +69,7 @@ def overview(request: HttpRequest, slug: str) -> HttpResponse:
             "chart": charts.volume_chart(queries.trace_volume_series(project=project)),
             "spend": queries.judge_spend(project=project),
             "latest_run": queries.latest_run(project=project),
+            "top_insights": top_insights(project=project),
         })
     return render(request, "frontend/overview.html", context)
 
@@ -141,6 +142,12 @@ def api_key_revoke_view(request: HttpRequest, slug: str, key_id: int) -> HttpRes
     api_key_revoke(api_key=api_key)
     messages.success(request, f"Key {api_key.public_key} revoked; clients using it now get 401.")
     return redirect("frontend:api-keys", slug=project.slug)
+
+
+def top_insights(*, project: Project) -> list:
+    from frontend.views_insights import top_insights as top  # views_insights imports this module
+
+    return top(project=project)
 
 
 def healthz(request: HttpRequest) -> HttpResponse:

@@ -1,0 +1,183 @@
+"""Insights (the recurring failure patterns a diagnosis run finds) and tickets (the bug list made from them).
+
+Reads go through `diagnosis.selectors` and `diagnosis.tickets.selectors`; review decisions, status changes and
+exports through their services. An outsider gets 404 for every page and every POST (`project_for`).
+"""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from clear.errors import ClearError, NotFoundError
+from clear.projects.models import Project
+from diagnosis.models import Insight
+from diagnosis.selectors import insight_evidence_list, insight_get, insight_links, insight_list, insight_trend
+from diagnosis.services.insights_review import insight_confirm, insight_reject, insight_status_set
+from diagnosis.tickets.export import CONTENT_TYPES, OUTPUTS, tickets_export
+from diagnosis.tickets.models import Ticket
+from diagnosis.tickets.selectors import STATUS_FILTERS, ticket_for_insight, ticket_get, ticket_list
+from diagnosis.tickets.services import ticket_status_set
+from frontend import queries
+from frontend.views import project_for
+
+LIST_LIMIT = 300
+EVIDENCE_LIMIT = 25
+TOP_INSIGHTS = 5
+
+
+def _choice(request: HttpRequest, name: str, allowed) -> str:
+    value = request.GET.get(name, "").strip()
+    return value if value in allowed else ""
+
+
+def _insight_for(project: Project, insight_id) -> Insight:
+    try:
+        return insight_get(project=project, insight_id=insight_id)
+    except NotFoundError as exc:
+        raise Http404(exc.message) from exc
+
+
+def top_insights(*, project: Project) -> list[Insight]:
+    """The overview card: open system-level insights, most frequent first."""
+    return list(insight_list(project=project, level=Insight.Level.SYSTEM, status=Insight.Status.OPEN,
+                             include_other=False).order_by("-frequency", "-count", "pk")[:TOP_INSIGHTS])
+
+
+@login_required
+def insight_list_view(request: HttpRequest, slug: str) -> HttpResponse:
+    project = project_for(request, slug)
+    every = insight_list(project=project)
+    nodes = sorted({n for n in every.values_list("node", flat=True) if n})
+    releases = queries.trace_releases(project=project)
+    filters = {
+        "level": _choice(request, "level", Insight.Level.values),
+        "node": _choice(request, "node", nodes),
+        "severity": _choice(request, "severity", Insight.Severity.values),
+        "status": _choice(request, "status", Insight.Status.values),
+        "release": _choice(request, "release", releases),
+    }
+    insights = list(insight_list(project=project, level=filters["level"] or None, node=filters["node"] or None,
+                                 severity=filters["severity"] or None, status=filters["status"] or None,
+                                 release=filters["release"] or None)[:LIST_LIMIT])
+    top = max((i.frequency for i in insights), default=0) or 1
+    for insight in insights:
+        insight.bar = insight.frequency / top  # relative to the most frequent one listed
+    context = {
+        "project": project, "nav": "insights", "insights": insights, "filters": filters,
+        "filtered": any(filters.values()), "has_any": every.exists(), "nodes": nodes, "releases": releases,
+        "levels": Insight.Level.choices, "severities": Insight.Severity.choices, "statuses": Insight.Status.choices,
+        "limit": LIST_LIMIT, "has_run": queries.latest_run(project=project) is not None,
+    }
+    return render(request, "frontend/insights.html", context)
+
+
+@login_required
+def insight_detail(request: HttpRequest, slug: str, insight_id: int) -> HttpResponse:
+    project = project_for(request, slug)
+    insight = _insight_for(project, insight_id)
+    trend = insight_trend(project=project, insight=insight)
+    top = max((r.get("frequency") or 0 for r in trend.by_release), default=0) or 1
+    by_release = [{**r, "bar": (r.get("frequency") or 0) / top} for r in trend.by_release]
+    evidence = insight_evidence_list(project=project, insight=insight)
+    context = {
+        "project": project, "nav": "insights", "insight": insight, "trend": by_release,
+        "links": list(insight_links(project=project, insight=insight)),
+        "is_system": insight.level == Insight.Level.SYSTEM,
+        "evidence": list(evidence[:EVIDENCE_LIMIT]), "evidence_total": evidence.count(),
+        "affected_nodes": sorted((insight.affected_nodes or {}).items(), key=lambda kv: (-kv[1], kv[0])),
+        "ticket": ticket_for_insight(project=project, insight=insight),
+        "statuses": Insight.Status.choices,
+    }
+    return render(request, "frontend/insight.html", context)
+
+
+@login_required
+@require_POST
+def insight_review(request: HttpRequest, slug: str, insight_id: int) -> HttpResponse:
+    project = project_for(request, slug)
+    insight = _insight_for(project, insight_id)
+    action = request.POST.get("action", "")
+    note = request.POST.get("note", "").strip()[:2000]
+    try:
+        if action == "confirm":
+            insight_confirm(project=project, insight=insight, user=request.user, note=note)
+            messages.success(request, "Insight confirmed.")
+        elif action == "reject":
+            insight_reject(project=project, insight=insight, user=request.user, note=note)
+            messages.success(request, "Insight rejected: it is hidden from the lists, and later runs that find it "
+                                      "again keep it hidden.")
+        else:
+            messages.error(request, "Choose confirm or reject.")
+    except ClearError as exc:
+        messages.error(request, exc.message)
+    return redirect("frontend:insight", slug=project.slug, insight_id=insight.pk)
+
+
+@login_required
+@require_POST
+def insight_status(request: HttpRequest, slug: str, insight_id: int) -> HttpResponse:
+    project = project_for(request, slug)
+    insight = _insight_for(project, insight_id)
+    status = request.POST.get("status", "")
+    try:
+        insight = insight_status_set(project=project, insight=insight, status=status, user=request.user)
+        messages.success(request, f"Status set to {insight.get_status_display().lower()}.")
+    except ClearError as exc:
+        messages.error(request, exc.message)
+    return redirect("frontend:insight", slug=project.slug, insight_id=insight.pk)
+
+
+# --- tickets -------------------------------------------------------------------------------------------------------
+
+
+@login_required
+def ticket_list_view(request: HttpRequest, slug: str) -> HttpResponse:
+    project = project_for(request, slug)
+    status = request.GET.get("status", "open")
+    if status not in STATUS_FILTERS:
+        status = "open"
+    tickets = list(ticket_list(project=project, status=status).order_by("-frequency", "pk")[:LIST_LIMIT])
+    context = {
+        "project": project, "nav": "tickets", "tickets": tickets, "status": status,
+        "status_filters": [(s, s.replace("_", " ")) for s in STATUS_FILTERS],
+        "statuses": Ticket.Status.choices, "outputs": OUTPUTS,
+        "has_any": ticket_list(project=project).exists(), "limit": LIST_LIMIT,
+    }
+    return render(request, "frontend/tickets.html", context)
+
+
+@login_required
+@require_POST
+def ticket_status(request: HttpRequest, slug: str, ticket_id: int) -> HttpResponse:
+    project = project_for(request, slug)
+    try:
+        ticket = ticket_get(project=project, ticket_id=ticket_id)
+    except NotFoundError as exc:
+        raise Http404(exc.message) from exc
+    try:
+        ticket = ticket_status_set(project=project, ticket=ticket, status=request.POST.get("status", ""),
+                                   user=request.user)
+        messages.success(request, f"Ticket {ticket.pk} is now {ticket.get_status_display().lower()}.")
+    except ClearError as exc:
+        messages.error(request, exc.message)
+    back = request.POST.get("back", "open")
+    back = back if back in STATUS_FILTERS else "open"
+    return redirect(reverse("frontend:tickets", kwargs={"slug": project.slug}) + f"?status={back}")
+
+
+@login_required
+def ticket_export(request: HttpRequest, slug: str) -> HttpResponse:
+    project = project_for(request, slug)
+    output = request.GET.get("output", "md")
+    status = request.GET.get("status", "open")
+    if output not in OUTPUTS or status not in STATUS_FILTERS:
+        raise Http404("Unknown export")
+    text = tickets_export(project=project, output=output, status=status)
+    response = HttpResponse(text, content_type=CONTENT_TYPES[output])
+    response["Content-Disposition"] = f'attachment; filename="tickets-{project.slug}-{status}.{output}"'
+    return response
