@@ -167,3 +167,51 @@ def test_script_in_an_evidence_quote_is_escaped(insighted, owner):
     html = client_for(owner).get(f"/p/{project.slug}/insights/{insight.pk}/").content.decode()
     assert PAYLOADS["script"] not in html and PAYLOADS["img"] not in html
     assert "<mark class=\"quote\">&lt;script&gt;" in html
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+def test_browser_walk_from_overview_to_the_cited_span(live_server, page, project, owner, settings, axe_path):
+    from tests.frontend.conftest import seed_project
+    from tests.frontend.support import login
+    from tests.frontend.test_browser import Checker
+
+    settings.CLEAR_JUDGE_MODEL = ""
+    insights_build(run=seed_project(project).run)
+    check = Checker(page, axe_path)
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    login(page, live_server.url)
+    page.wait_for_selector("[data-testid=top-insights]")
+
+    page.click("nav[aria-label=Project] >> text=Insights")
+    page.wait_for_selector("[data-testid=insight-table]")
+    check("ui-insights")
+    page.select_option("#id_level", "system")
+    page.click("[data-testid=insight-filters] button[type=submit]")
+    page.wait_for_selector("[data-testid=insight-table]")
+    assert "level=system" in page.url
+
+    page.click("[data-testid=insight-table] tbody tr >> nth=0 >> [data-testid=insight-link]")
+    page.wait_for_selector("[data-testid=insight-evidence]")
+    assert page.locator("[data-testid=evolve]").is_disabled()
+    check("ui-insight")
+
+    link = page.locator("[data-testid=insight-evidence-link] >> nth=0")
+    span_id = link.get_attribute("href").split("span=")[1].split("&")[0]
+    link.click()
+    page.wait_for_selector(".span-row.selected")
+    assert page.get_attribute(".span-row.selected", "data-span-id") == span_id
+    assert f"span={span_id}" in page.url
+
+    page.click("nav[aria-label=Project] >> text=Tickets")
+    page.wait_for_selector("[data-testid=ticket-table]")
+    first = page.locator("[data-testid=ticket-table] tbody tr >> nth=0")
+    ticket_id = first.get_attribute("data-ticket")
+    first.locator("select").select_option("in_progress")
+    first.locator("button[type=submit]").click()
+    page.wait_for_selector(f"[data-ticket='{ticket_id}'] select")
+    assert page.locator(f"[data-ticket='{ticket_id}'] select").input_value() == "in_progress"
+    check("ui-tickets")
+    assert not errors, errors
+    check.assert_clean()
