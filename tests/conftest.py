@@ -96,6 +96,10 @@ def celery_worker(_celery_worker_process, transactional_db):
     use_broker(True)
     yield worker
     use_broker(False)
+    # Work the test set off (e.g. an insights build after a run) must not outlive it: it would write while the
+    # test database is flushed. A fresh worker and an empty queue for the next test.
+    worker.kill()
+    purge_broker(settings.CELERY_BROKER_URL)
 
 
 @pytest.fixture(scope="session")
