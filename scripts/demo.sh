@@ -82,6 +82,10 @@ if [ ! -f "$CLEAR_VAR_DIR/demo-ingested" ]; then
     "$PY" -m examples.support_desk run --endpoint "http://$CLIENT_HOST:$PORT" --key "$SECRET" --release v2 --seed 1 \
       --bugs mediator_race,retry_loop
   } > "$CLEAR_VAR_DIR/logs/example-agent.log" 2>&1
+  SLUG=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['slug'])" "$CLEAR_VAR_DIR/demo-credentials.json")
+  echo "==> diagnosing them: rule judges, insights, tickets (log: $CLEAR_VAR_DIR/logs/diagnosis.log)"
+  "$PY" manage.py diagnose --project "$SLUG" --inline > "$CLEAR_VAR_DIR/logs/diagnosis.log" 2>&1 \
+    || echo "The diagnosis failed; see $CLEAR_VAR_DIR/logs/diagnosis.log" >&2
   touch "$CLEAR_VAR_DIR/demo-ingested"
 fi
 cat <<MSG
