@@ -14,7 +14,42 @@ from django.db import connection
 from clear.celery import app as celery_app
 
 
-class CeleryWorkerProcess:
+def subprocess_env_for_test_db(**extra: str) -> dict[str, str]:
+    """The environment of a subprocess that must use this test run's database (and settings module)."""
+    db = connection.settings_dict
+    env = dict(os.environ)
+    env.update(
+        DJANGO_SETTINGS_MODULE="clear.settings.base",
+        DATABASE_URL=f"postgres://{db['USER'] or 'postgres'}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/"
+        f"{db['NAME']}",
+        SECRET_KEY=settings.SECRET_KEY,
+        PYTHONUNBUFFERED="1",
+        **extra,
+    )
+    return env
+
+
+class ProcessGroup:
+    """A subprocess started in its own session, so that it and its children can be killed together."""
+
+    process: subprocess.Popen | None = None
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group, as an OOM killer or a lost machine would."""
+        if self.process and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+class CeleryWorkerProcess(ProcessGroup):
     def __init__(self, *, log_dir: Path, broker_url: str, visibility_timeout: int):
         self.log_dir = log_dir
         self.broker_url = broker_url
@@ -23,18 +58,7 @@ class CeleryWorkerProcess:
         self.starts = 0
 
     def _env(self) -> dict[str, str]:
-        db = connection.settings_dict
-        env = dict(os.environ)
-        env.update(
-            DJANGO_SETTINGS_MODULE="clear.settings.base",
-            DATABASE_URL=f"postgres://{db['USER'] or 'postgres'}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/"
-            f"{db['NAME']}",
-            REDIS_URL=self.broker_url,
-            CELERY_VISIBILITY_TIMEOUT=str(self.visibility_timeout),
-            SECRET_KEY=settings.SECRET_KEY,
-            PYTHONUNBUFFERED="1",
-        )
-        return env
+        return subprocess_env_for_test_db(REDIS_URL=self.broker_url, CELERY_VISIBILITY_TIMEOUT=str(self.visibility_timeout))
 
     @property
     def log_path(self) -> Path:
@@ -57,20 +81,6 @@ class CeleryWorkerProcess:
                 return
             time.sleep(0.2)
         raise RuntimeError(f"Celery worker not ready after {timeout}s:\n{self.log_path.read_text()[-4000:]}")
-
-    def kill(self) -> None:
-        """SIGKILL the whole process group, as an OOM killer or a lost machine would."""
-        if self.process and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=10)
-
-    def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.kill()
 
     def log(self) -> str:
         return self.log_path.read_text() if self.log_path.exists() else ""

@@ -7,10 +7,8 @@ others (a retry of a batch long stored).
 """
 
 import http.client
-import os
 import queue
 import random
-import signal
 import subprocess
 import sys
 import threading
@@ -27,6 +25,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as OtlpSpan
 
 from tests.conftest import free_port
+from tests.support.worker import ProcessGroup, subprocess_env_for_test_db
 from traces.models import Span, Trace
 
 BATCHES = 40
@@ -82,25 +81,14 @@ def _batches(seed: int = 7) -> tuple[list[bytes], set[tuple[str, str]]]:
     return bodies, sent
 
 
-class Gunicorn:
+class Gunicorn(ProcessGroup):
     def __init__(self, port: int):
         self.port = port
         self.process: subprocess.Popen | None = None
         self.starts = 0
 
     def _env(self) -> dict[str, str]:
-        db = connection.settings_dict
-        env = dict(os.environ)
-        env.update(
-            DJANGO_SETTINGS_MODULE="clear.settings.base",
-            DATABASE_URL=f"postgres://{db['USER'] or 'postgres'}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/"
-            f"{db['NAME']}",
-            REDIS_URL=settings.CELERY_BROKER_URL,
-            SECRET_KEY=settings.SECRET_KEY,
-            LOG_LEVEL="WARNING",
-            PYTHONUNBUFFERED="1",
-        )
-        return env
+        return subprocess_env_for_test_db(REDIS_URL=settings.CELERY_BROKER_URL, LOG_LEVEL="WARNING")
 
     @property
     def log_path(self) -> Path:
@@ -128,20 +116,6 @@ class Gunicorn:
             except OSError:
                 time.sleep(0.1)
         raise RuntimeError(f"gunicorn not ready after {timeout}s:\n{self.log_path.read_text()[-4000:]}")
-
-    def kill(self) -> None:
-        """SIGKILL the whole process group (master and workers), as a lost machine or the OOM killer would."""
-        if self.process and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=10)
-
-    def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.kill()
 
 
 def _send_until_stored(port: int, secret: str, body: bytes, deadline: float, stats: dict, lock) -> None:
