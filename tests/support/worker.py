@@ -62,7 +62,7 @@ class CeleryWorkerProcess(ProcessGroup):
 
     @property
     def log_path(self) -> Path:
-        return self.log_dir / f"worker-{self.starts}.log"
+        return self.log_dir / f"worker-{os.getpid()}-{self.starts}.log"
 
     def start(self, timeout: float = 60) -> None:
         self.starts += 1
