@@ -1,0 +1,32 @@
+"""Domain errors of evolution (rendered as {"message", "code", "extra"} under /api/v1/)."""
+
+from clear.errors import ClearError
+
+
+class EvolutionError(ClearError):
+    code = "evolution_error"
+
+
+class EvolutionConfigInvalid(EvolutionError):
+    code = "evolution_config_invalid"
+
+
+class SandboxUnavailable(EvolutionError):
+    # The server lacks the isolation the configuration asks for; the client cannot fix that by resending.
+    status_code = 503
+    code = "sandbox_unavailable"
+
+
+class GitError(EvolutionError):
+    status_code = 500
+    code = "git_error"
+
+
+class BackendError(EvolutionError):
+    code = "backend_error"
+
+
+class BackendCrashed(EvolutionError):
+    # Not a BackendError: a crash is a stage outcome (retry or fail the stage), a BackendError is a configuration fault.
+    status_code = 500
+    code = "backend_crashed"
