@@ -14,7 +14,8 @@ from clear.errors import NotFoundError
 from clear.projects.models import Project
 from clear.projects.selectors import api_key_list, project_get_for_user, project_list_for_user
 from clear.projects.services import api_key_create, api_key_revoke
-from frontend import charts, queries
+from diagnosis.models import Insight
+from frontend import charts, heatmap, queries
 from traces.selectors import trace_list, trace_stats
 
 
@@ -105,7 +106,23 @@ def nodes(request: HttpRequest, slug: str) -> HttpResponse:
         rows.sort(key=lambda r: (r.pass_rate if r.pass_rate is not None else 2, r.node))
     context = {"project": project, "nav": "nodes", "releases": releases, "release": release, "rows": rows,
                "sort": sort, "has_feedback": queries.latest_run(project=project) is not None}
+    context.update(_heatmap_context(request, project))
     return render(request, "frontend/nodes.html", context)
+
+
+def _heatmap_context(request: HttpRequest, project: Project) -> dict:
+    """The heat map of the run named by `?run=` (default: the newest run with insights), at `?level=`."""
+    runs = heatmap.heatmap_runs(project=project)
+    wanted = request.GET.get("run", "").strip()
+    run = next((r for r in runs if str(r.pk) == wanted), None)
+    if wanted and run is None:
+        messages.warning(request, "That run has no insights (or is not in this project); showing the newest one.")
+    run = run or (runs[0] if runs else None)
+    level = request.GET.get("level", Insight.Level.SYSTEM)
+    if level not in Insight.Level.values:
+        level = Insight.Level.SYSTEM
+    return {"heatmap_runs": runs, "heatmap_level": level, "levels": Insight.Level.choices,
+            "heatmap": heatmap.node_insight_heatmap(project=project, run=run, level=level) if run else None}
 
 
 @login_required

@@ -84,6 +84,10 @@ def insight_detail(request: HttpRequest, slug: str, insight_id: int) -> HttpResp
     top = max((r.get("frequency") or 0 for r in trend.by_release), default=0) or 1
     by_release = [{**r, "bar": (r.get("frequency") or 0) / top} for r in trend.by_release]
     evidence = insight_evidence_list(project=project, insight=insight)
+    # ?node=: the citations of statements made at that node (a heat map cell links here).
+    node = request.GET.get("node", "").strip()[:300]
+    if node:
+        evidence = evidence.filter(statement__node=node)
     context = {
         "project": project, "nav": "insights", "insight": insight, "trend": by_release,
         "links": list(insight_links(project=project, insight=insight)),
@@ -91,7 +95,7 @@ def insight_detail(request: HttpRequest, slug: str, insight_id: int) -> HttpResp
         "evidence": list(evidence[:EVIDENCE_LIMIT]), "evidence_total": evidence.count(),
         "affected_nodes": sorted((insight.affected_nodes or {}).items(), key=lambda kv: (-kv[1], kv[0])),
         "ticket": ticket_for_insight(project=project, insight=insight),
-        "statuses": Insight.Status.choices,
+        "statuses": Insight.Status.choices, "evidence_node": node,
     }
     return render(request, "frontend/insight.html", context)
 
