@@ -1,4 +1,5 @@
-"""Command line: `list`, `run` (the suite, optionally exported over OTLP/HTTP) and `run-task`."""
+"""Command line: `list`, `run` (the suite, optionally exported over OTLP/HTTP), `run-task`, `health` and
+`make-target-repo` (the desk as a standalone repository for Clear's evolution pipeline)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from .tasks import TASKS, get_task
 from .telemetry import otlp_http_exporter
 
 PROG = "python -m examples.support_desk"
+# A task no fault touches: `health` passes whenever the desk imports and runs end to end.
+CANARY_TASK = "order-status-shipped"
 
 
 def _bugs(value: str) -> BugSwitches:
@@ -52,7 +55,41 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(run_task)
     run_task.add_argument("--task", required=True, help="task id, as in clear.task.id")
     run_task.add_argument("--out", type=Path, help="where to write the JSON result (default: stdout)")
+
+    commands.add_parser("health", help=f"exit 0 when the desk imports and the canary task {CANARY_TASK} passes")
+
+    make_target = commands.add_parser(
+        "make-target-repo", help="write the desk as a standalone git repository for Clear's evolution pipeline"
+    )
+    make_target.add_argument("dest", type=Path, help="directory to create (must not exist or be empty)")
+    make_target.add_argument(
+        "--bugs",
+        default=None,
+        help="faults built into the repository's code: a comma-separated list, 'all' or 'none' "
+        "(default mediator_race,retry_loop)",
+    )
     return parser
+
+
+def _health() -> int:
+    result = execute_suite(task_ids=[CANARY_TASK]).results[0]
+    if result.outcome != "success":
+        print(f"unhealthy: canary task {CANARY_TASK} failed: {'; '.join(result.failed_checks)}", file=sys.stderr)
+        return 1
+    print(f"healthy: canary task {CANARY_TASK} passed")
+    return 0
+
+
+def _make_target_repo(args: argparse.Namespace) -> int:
+    from .target_repo import TargetRepoError, target_repo_make
+
+    try:
+        commit = target_repo_make(dest=args.dest, bugs=args.bugs)
+    except (TargetRepoError, ValueError) as error:
+        print(f"make-target-repo: {error}", file=sys.stderr)
+        return 2
+    print(f"{args.dest}: branch main at {commit}")
+    return 0
 
 
 def _print_report(report: SuiteReport, *, release: str, seed: int, bugs: BugSwitches) -> None:
@@ -85,6 +122,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         for task in TASKS:
             print(f"{task.task_id:<26} {task.category:<15} {task.ticket}")
         return 0
+    if args.command == "health":
+        return _health()
+    if args.command == "make-target-repo":
+        return _make_target_repo(args)
 
     exporter = _export_target(args)
     try:
