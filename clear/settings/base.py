@@ -254,6 +254,10 @@ CLEAR_WEBHOOK_MAX_ATTEMPTS = env_int("CLEAR_WEBHOOK_MAX_ATTEMPTS", 8)
 CLEAR_WEBHOOK_BACKOFF_SECONDS = env_float("CLEAR_WEBHOOK_BACKOFF_SECONDS", 30.0)
 CLEAR_WEBHOOK_BACKOFF_MAX_SECONDS = env_float("CLEAR_WEBHOOK_BACKOFF_MAX_SECONDS", 1800.0)
 CLEAR_WEBHOOK_TIMEOUT_SECONDS = env_float("CLEAR_WEBHOOK_TIMEOUT_SECONDS", 10.0)
+# Evolution sandbox (evolution/sandbox/): the weakest isolation a trial may run under (subprocess < bwrap < docker),
+# and the image the Docker runner uses (it must run the host's Python: same libc).
+CLEAR_EVOLUTION_MIN_SANDBOX = env_str("CLEAR_EVOLUTION_MIN_SANDBOX", "subprocess")
+CLEAR_EVOLUTION_DOCKER_IMAGE = env_str("CLEAR_EVOLUTION_DOCKER_IMAGE", "debian:12-slim")
 CELERY_BEAT_SCHEDULE.update({
     # Re-sends webhook deliveries whose message was lost.
     "webhooks-sweep": {"task": "webhooks.sweep", "schedule": 60.0},
