@@ -78,7 +78,8 @@ class BwrapRunner:
         network: bool, args_fd: int,
     ) -> list[str]:
         # The environment goes through --args, so the values are not on a command line `ps` shows.
-        argv = [self.bwrap, "--args", str(args_fd), "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", SANDBOX_TMP]
+        argv = [self.bwrap, "--args", str(args_fd)]
+        argv += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", SANDBOX_TMP]
         hidden = self.hidden_paths if self.hidden_paths is not None else _server_secret_paths()
         for path in hidden:
             if path.is_dir():
