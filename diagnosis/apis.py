@@ -3,11 +3,10 @@
 One class per operation: validate → service or selector → serialize. Errors are ClearErrors ({message, code, extra}).
 The /api/v1/runs/, /api/v1/feedback/ and /api/v1/rubrics/ endpoints follow the shared conventions (clear/api: cursor
 pages, per-key rate limit); the Legacy* classes keep the first paths (/api/v1/diagnosis/runs…, /api/v1/rubrics/create
-…) working for existing clients and are left out of the schema.
+…) working for existing clients and are left out of the schema. Insights, their review and compare: apis_insights.py.
 """
 
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field, extend_schema_serializer
-from django.db.models.functions import Coalesce
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -18,13 +17,12 @@ from clear.api.fields import POSTGRES_BIGINT_MAX, json_storable
 from clear.api.pagination import PAGINATION_PARAMETERS, page_body, paginate, paginated
 from clear.projects.apis import request_project
 from clear.projects.authentication import ProjectKeyAuthentication
-from diagnosis.models import DiagnosisRun, Feedback, Insight, Rubric
+from diagnosis.errors import DiagnosisRunInvalidError
+from diagnosis.models import DiagnosisRun, Feedback, Rubric
 from diagnosis.selectors import (
-    insight_evidence_list,
-    insight_get,
-    insight_list,
     diagnosis_run_get,
     diagnosis_run_list,
+    diagnosis_run_reusable,
     diagnosis_run_summary,
     feedback_list,
     rubric_get,
@@ -264,9 +262,13 @@ def _run_progress(run: DiagnosisRun) -> dict:
 
 class RunApiOutputSerializer(RunOutputSerializer):
     progress = serializers.SerializerMethodField()
+    insights_status = serializers.ChoiceField(
+        choices=["", "queued", "running", "done", "failed"],
+        help_text="the insights build after the run: empty (not requested yet), queued, running, done, failed; "
+                  "runs can be compared once it is done")
 
     class Meta(RunOutputSerializer.Meta):
-        fields = [*RunOutputSerializer.Meta.fields, "progress"]
+        fields = [*RunOutputSerializer.Meta.fields, "progress", "insights_status"]
 
     @extend_schema_field(RunProgressSerializer)
     def get_progress(self, run: DiagnosisRun) -> dict:
@@ -311,14 +313,33 @@ class RunCreateApi(ProjectApi):
         budget_cost = serializers.FloatField(required=False, allow_null=True, default=None, min_value=0)
         sample_rate = serializers.FloatField(required=False, default=1.0, min_value=0, max_value=1,
                                              help_text="share of the chosen traces judged, in (0, 1]")
+        reuse = serializers.BooleanField(
+            required=False, default=False,
+            help_text="with only a release as the filter: answer 200 with the newest queued, running or succeeded "
+                      "run of that release and the same judge configuration (judges, model, rubrics) instead of "
+                      "starting one, unless traces of the release arrived after it was created (CI re-runs)")
 
-    @extend_schema(operation_id="runs_create", request=InputSerializer, responses={201: RunApiOutputSerializer})
+    @extend_schema(operation_id="runs_create", request=InputSerializer,
+                   responses={201: RunApiOutputSerializer,
+                              200: OpenApiResponse(RunApiOutputSerializer, description="an existing run reused")})
     def post(self, request: Request) -> Response:
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         values = dict(data.validated_data)
         values["judges"] = values["judges"] or None
-        run = diagnosis_run_start(project=self.project(request), **values)
+        project = self.project(request)
+        if values.pop("reuse"):
+            plain = not any(values[k] for k in ("since", "until", "tags", "outcome", "node", "trace_ids")) \
+                and values["sample_rate"] == 1
+            if not plain:
+                raise DiagnosisRunInvalidError("reuse works with a release filter only (no since, until, tags, "
+                                               "outcome, node, trace_ids or sampling); drop the other filters or "
+                                               "reuse")
+            reused = diagnosis_run_reusable(project=project, release=values["release"], judges=values["judges"],
+                                            model=values["model"], rubric_ids=values["rubric_ids"])
+            if reused is not None:
+                return Response(RunApiOutputSerializer(reused).data, status=status.HTTP_200_OK)
+        run = diagnosis_run_start(project=project, **values)
         run.refresh_from_db()  # eager tasks (tests, inline) may have run it already
         return Response(RunApiOutputSerializer(run).data, status=status.HTTP_201_CREATED)
 
@@ -448,82 +469,3 @@ class RubricDeleteApi(ProjectApi):
     def delete(self, request: Request, rubric_id: int) -> Response:
         rubric_delete(rubric=rubric_get(project=self.project(request), rubric_id=rubric_id))
         return Response(status=status.HTTP_204_NO_CONTENT)
-
-
-# --- /api/v1/insights/ (read-only; review and compare are for the insights engineer) --------------------------------
-
-class InsightOutputSerializer(serializers.ModelSerializer):
-    first_run_id = serializers.UUIDField(allow_null=True)
-    last_run_id = serializers.UUIDField(allow_null=True)
-    merged_into_id = serializers.IntegerField(allow_null=True)
-    affected_nodes = serializers.DictField(child=serializers.IntegerField(), help_text="{node: statements}")
-    trend = serializers.ListField(child=serializers.DictField(), help_text="[{release, count, judged, frequency, "
-                                                                             "run}]")
-
-    class Meta:
-        model = Insight
-        fields = [
-            "id", "level", "node", "is_other", "title", "description", "root_cause", "recommendation", "severity",
-            "count", "trace_count", "frequency", "frequency_low", "frequency_high", "lift", "lift_low", "lift_high",
-            "affected_nodes", "first_seen", "last_seen", "first_run_id", "last_run_id", "status", "review",
-            "merged_into_id", "trend", "created_at", "updated_at",
-        ]
-
-
-class InsightListApi(ProjectApi):
-    """The project's insights (recurring failure patterns), most recently seen first; rejected and merged ones are
-    left out."""
-
-    class FilterSerializer(serializers.Serializer):
-        level = serializers.ChoiceField(choices=Insight.Level.values, required=False)
-        node = serializers.CharField(required=False, max_length=300)
-        severity = serializers.ChoiceField(choices=Insight.Severity.values, required=False)
-        status = serializers.ChoiceField(choices=Insight.Status.values, required=False)
-        review = serializers.ChoiceField(choices=Insight.Review.values, required=False)
-        release = serializers.CharField(required=False, max_length=200, help_text="occurred in traces of it")
-        run = serializers.UUIDField(required=False, help_text="occurred in this run")
-
-    @extend_schema(operation_id="insights_list", parameters=[FilterSerializer, *PAGINATION_PARAMETERS],
-                   responses=paginated(InsightOutputSerializer, "PaginatedInsightList"))
-    def get(self, request: Request) -> Response:
-        project = self.project(request)
-        filters = self.FilterSerializer(data=request.query_params)
-        filters.is_valid(raise_exception=True)
-        params = dict(filters.validated_data)
-        run_id = params.pop("run", None)
-        run = DiagnosisRun.objects.filter(project=project, pk=run_id).first() if run_id else None
-        insights = insight_list(project=project, run=run, **params).annotate(seen=Coalesce("last_seen", "created_at"))
-        if run_id and run is None:
-            insights = insights.none()  # a run of another project, or none: matches nothing, like any filter value
-        page = paginate(queryset=insights, request=request, ordering=("-seen", "-pk"))
-        return Response(page_body(page=page, results=InsightOutputSerializer(page.rows, many=True).data))
-
-
-class InsightDetailApi(ProjectApi):
-    """One insight."""
-
-    @extend_schema(operation_id="insights_retrieve", responses=InsightOutputSerializer)
-    def get(self, request: Request, insight_id: int) -> Response:
-        return Response(InsightOutputSerializer(insight_get(project=self.project(request), insight_id=insight_id)).data)
-
-
-class InsightEvidenceListApi(ProjectApi):
-    """Verified citations of an insight: the span (and quote) each statement cites, newest run first."""
-
-    class OutputSerializer(serializers.Serializer):
-        id = serializers.IntegerField()
-        run_id = serializers.UUIDField()
-        trace_id = serializers.CharField(source="trace.trace_id")
-        span_id = serializers.CharField()
-        statement_text = serializers.CharField()
-        quote = serializers.CharField(help_text="empty for a bare citation of the span")
-        created_at = serializers.DateTimeField()
-
-    @extend_schema(operation_id="insights_evidence_list", parameters=PAGINATION_PARAMETERS,
-                   responses=paginated(OutputSerializer, "PaginatedInsightEvidenceList"))
-    def get(self, request: Request, insight_id: int) -> Response:
-        project = self.project(request)
-        insight = insight_get(project=project, insight_id=insight_id)
-        page = paginate(queryset=insight_evidence_list(project=project, insight=insight), request=request,
-                        ordering=("-pk",))
-        return Response(page_body(page=page, results=self.OutputSerializer(page.rows, many=True).data))

@@ -181,3 +181,53 @@ def insight_links(*, project: Project, insight) -> QuerySet:
     if insight.level == Insight.Level.SYSTEM:
         return links.filter(system=insight).select_related("node").order_by("-shared")
     return links.filter(node=insight).select_related("system").order_by("-shared")
+
+
+# --- runs for CI: reuse and the latest run of a release ---------------------------------------------------------
+
+
+def diagnosis_run_reusable(*, project: Project, release: str, judges: list[str] | None, model: str = "",
+                           rubric_ids: list[int] | str = "all") -> DiagnosisRun | None:
+    """A run a CI job can use instead of starting another: the newest queued, running or succeeded run over exactly
+    `release` (no other filter, no sampling) with the same judge configuration (judges as resolved at creation,
+    model, rubrics), whose insights did not fail to build. A succeeded run is only reused when no trace of the
+    release was received after it was created (those traces would go unjudged)."""
+    from diagnosis import conf
+    from diagnosis.services.runs import judges_resolve
+    from diagnosis.services.judging import LLM_JUDGES
+
+    resolved_model = model or conf.judge_model()
+    resolved = judges_resolve(judges=judges, model=resolved_model)
+    stored_model = resolved_model if any(n in LLM_JUDGES for n in resolved) else model
+    wanted_rubrics = "all" if rubric_ids == "all" else sorted(rubric_ids)
+    candidates = (DiagnosisRun.objects
+                  .filter(project=project, continuous=False, release=release, since=None, until=None, outcome="",
+                          node="", sample_rate=1.0,
+                          status__in=[DiagnosisRun.Status.QUEUED, DiagnosisRun.Status.RUNNING,
+                                      DiagnosisRun.Status.SUCCEEDED])
+                  .exclude(insights_status="failed").order_by("-created_at"))
+    for run in candidates[:50]:
+        if run.tags or run.trace_ids or run.judges != resolved or run.model != stored_model:
+            continue
+        if (run.rubric_ids if run.rubric_ids == "all" else sorted(run.rubric_ids or [])) != wanted_rubrics:
+            continue
+        if run.status == DiagnosisRun.Status.SUCCEEDED and Trace.objects.filter(
+                project=project, release=release, last_received_at__gt=run.created_at).exists():
+            continue
+        return run
+    return None
+
+
+def diagnosis_run_latest_finished(*, project: Project, release: str) -> DiagnosisRun | None:
+    """The newest run over `release` that judged all its traces (succeeded; continuous runs excluded)."""
+    return (DiagnosisRun.objects
+            .filter(project=project, continuous=False, release=release, status=DiagnosisRun.Status.SUCCEEDED)
+            .order_by("-finished_at", "-created_at").first())
+
+
+def insight_occurrences_of_run(*, project: Project, run: DiagnosisRun) -> QuerySet:
+    """Each insight's figures in one run (one row per insight that occurred in it; "other" buckets left out)."""
+    from diagnosis.models import InsightOccurrence
+
+    return (InsightOccurrence.objects.filter(run=run, insight__project=project, insight__is_other=False)
+            .select_related("insight"))

@@ -1,7 +1,7 @@
 from django.urls import path
 
 from clear.api.routing import api_route
-from diagnosis import apis
+from diagnosis import apis, apis_insights
 
 app_name = "diagnosis"
 
@@ -17,11 +17,23 @@ urlpatterns = [
     path("api/v1/rubrics/<int:rubric_id>/",
          api_route(get=apis.RubricDetailApi, patch=apis.RubricUpdateApi, delete=apis.RubricDeleteApi),
          name="rubric-detail"),
-    # /api/v1/insights/
-    path("api/v1/insights/", apis.InsightListApi.as_view(), name="insight-list"),
-    path("api/v1/insights/<int:insight_id>/", apis.InsightDetailApi.as_view(), name="insight-detail"),
-    path("api/v1/insights/<int:insight_id>/evidence/", apis.InsightEvidenceListApi.as_view(),
+    # /api/v1/insights/ and their review
+    path("api/v1/insights/", apis_insights.InsightListApi.as_view(), name="insight-list"),
+    path("api/v1/insights/<int:insight_id>/", apis_insights.InsightDetailApi.as_view(), name="insight-detail"),
+    path("api/v1/insights/<int:insight_id>/evidence/", apis_insights.InsightEvidenceListApi.as_view(),
          name="insight-evidence"),
+    path("api/v1/insights/<int:insight_id>/statements/", apis_insights.InsightStatementListApi.as_view(),
+         name="insight-statements"),
+    path("api/v1/insights/<int:insight_id>/confirm/", apis_insights.InsightConfirmApi.as_view(),
+         name="insight-confirm"),
+    path("api/v1/insights/<int:insight_id>/reject/", apis_insights.InsightRejectApi.as_view(),
+         name="insight-reject"),
+    path("api/v1/insights/<int:insight_id>/status/", apis_insights.InsightStatusApi.as_view(),
+         name="insight-status"),
+    path("api/v1/insights/<int:insight_id>/merge/", apis_insights.InsightMergeApi.as_view(), name="insight-merge"),
+    path("api/v1/insights/<int:insight_id>/split/", apis_insights.InsightSplitApi.as_view(), name="insight-split"),
+    # /api/v1/compare/
+    path("api/v1/compare/", apis_insights.CompareApi.as_view(), name="compare"),
     # The first paths, kept for existing clients (not in the schema).
     path("api/v1/diagnosis/runs", apis.LegacyRunListApi.as_view(), name="legacy-run-list"),
     path("api/v1/diagnosis/runs/create", apis.LegacyRunCreateApi.as_view(), name="legacy-run-create"),

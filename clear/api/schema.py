@@ -44,6 +44,9 @@ def error_responses_hook(result: dict, generator, request, public) -> dict:
                     continue
                 response = responses.setdefault(status, {"description": description})
                 response.setdefault("content", error)
+            for status, response in responses.items():
+                if status.startswith("4") and isinstance(response, dict):
+                    response.setdefault("content", error)  # e.g. a 409 an operation declares with a description
             responses["429"].setdefault("headers", {"Retry-After": {
                 "schema": {"type": "integer"}, "description": "Seconds to wait before the next request."}})
     return result

@@ -58,6 +58,7 @@ class ProjectData:
     webhook: object
     delivery: WebhookDelivery
     insight: Insight
+    statement: InsightStatement
     evidence: InsightEvidence
     ticket: Ticket
     marker: str  # in every name and title of this project's objects: another project's reads must not show it
@@ -72,7 +73,8 @@ def make_project_data(project, user) -> ProjectData:
     trace = make_trace(project)
     Score.objects.create(project=project, trace=trace, name="quality", value=0.3)
     run = DiagnosisRun.objects.create(project=project, status=DiagnosisRun.Status.SUCCEEDED, judges=["rules"],
-                                      total_count=1, done_count=1)
+                                      total_count=1, done_count=1, insights_status="done",
+                                      insights_summary={"judged": 1})
     RunTrace.objects.create(run=run, trace=trace, status=RunTrace.Status.DONE)
     feedback = Feedback.objects.create(run=run, project=project, trace=trace, judge="rule.span_error",
                                        judge_kind="rule", verdict=Feedback.Verdict.FAIL, target_span_id="a" * 16)
@@ -96,7 +98,8 @@ def make_project_data(project, user) -> ProjectData:
                                    level="node", node="planner", severity="medium")
     IssueTrackerConnection.objects.create(project=project, repository=f"acme/{marker}", token="ghp_" + marker)
     return ProjectData(project=project, key=key, trace=trace, run=run, feedback=feedback, rubric=rubric,
-                       webhook=webhook, delivery=delivery, insight=insight, evidence=evidence, ticket=ticket,
+                       webhook=webhook, delivery=delivery, insight=insight, statement=statement, evidence=evidence,
+                       ticket=ticket,
                        marker=marker)
 
 

@@ -9,7 +9,7 @@ from drf_spectacular.generators import SchemaGenerator
 from rest_framework.test import APIClient
 
 from clear.webhooks.models import Webhook
-from diagnosis.models import DiagnosisRun, Rubric
+from diagnosis.models import DiagnosisRun, Insight, InsightStatement, Rubric
 from diagnosis.tickets.models import Ticket
 from traces.models import Trace
 
@@ -39,6 +39,7 @@ LISTS = {
     "/api/v1/insights/": ("id", lambda data: data.insight.id),
     "/api/v1/tickets/": ("id", lambda data: data.ticket.id),
     "/api/v1/insights/{insight_id}/evidence/": ("id", lambda data: data.evidence.id),
+    "/api/v1/insights/{insight_id}/statements/": ("id", lambda data: data.statement.id),
     "/api/v1/webhooks/{webhook_id}/deliveries/": ("id", lambda data: str(data.delivery.id)),
 }
 BODIES = {
@@ -47,6 +48,24 @@ BODIES = {
     ("PATCH", "/api/v1/webhooks/{webhook_id}/"): {"active": False},
     ("PATCH", "/api/v1/tickets/{ticket_id}/"): {"status": "fixed"},
     ("PUT", "/api/v1/tickets/tracker/"): {"repository": "acme/agent"},
+    ("POST", "/api/v1/insights/{insight_id}/status/"): {"status": "fixed"},
+    ("POST", "/api/v1/insights/{insight_id}/merge/"): {"into": 1},
+    ("POST", "/api/v1/insights/{insight_id}/split/"): {"statement_ids": [1]},
+}
+# Query strings of operations that name objects in their query (a project's own objects).
+QUERIES = {
+    "/api/v1/compare/": lambda data: f"?base_run={data.run.id}&head_run={data.run.id}",
+}
+# Requests whose query or body names another project's object: 404 as for an id in the path.
+FOREIGN_REFERENCES = {
+    "compare base_run": ("GET", lambda mine, theirs: f"/api/v1/compare/?base_run={theirs.run.id}&head_run={mine.run.id}",
+                         None),
+    "compare head_run": ("GET", lambda mine, theirs: f"/api/v1/compare/?base_run={mine.run.id}&head_run={theirs.run.id}",
+                         None),
+    "merge into": ("POST", lambda mine, theirs: f"/api/v1/insights/{mine.insight.id}/merge/",
+                   lambda mine, theirs: {"into": theirs.insight.id}),
+    "split statements": ("POST", lambda mine, theirs: f"/api/v1/insights/{mine.insight.id}/split/",
+                         lambda mine, theirs: {"statement_ids": [theirs.statement.id]}),
 }
 
 
@@ -55,10 +74,11 @@ def _params(path: str) -> list[str]:
 
 
 def _url(path: str, data) -> str:
+    query = QUERIES[path](data) if path in QUERIES else ""
     for name in _params(path):
         assert name in PATH_OBJECTS, f"add how to name a {name} to PATH_OBJECTS"
         path = path.replace("{" + name + "}", str(PATH_OBJECTS[name](data)))
-    return path
+    return path + query
 
 
 def _call(client: APIClient, method: str, url: str, body: dict | None = None):
@@ -79,7 +99,10 @@ def test_the_schema_lists_the_endpoints():
             "/api/v1/runs/{run_id}/", "/api/v1/runs/{run_id}/cancel/", "/api/v1/feedback/", "/api/v1/rubrics/",
             "/api/v1/rubrics/{rubric_id}/", "/api/v1/webhooks/", "/api/v1/webhooks/{webhook_id}/",
             "/api/v1/webhooks/{webhook_id}/deliveries/", "/api/v1/insights/", "/api/v1/insights/{insight_id}/",
-            "/api/v1/insights/{insight_id}/evidence/"} <= paths
+            "/api/v1/insights/{insight_id}/evidence/", "/api/v1/insights/{insight_id}/statements/",
+            "/api/v1/insights/{insight_id}/confirm/", "/api/v1/insights/{insight_id}/reject/",
+            "/api/v1/insights/{insight_id}/status/", "/api/v1/insights/{insight_id}/merge/",
+            "/api/v1/insights/{insight_id}/split/", "/api/v1/compare/"} <= paths
 
 
 def _routes(patterns, prefix=""):
@@ -108,9 +131,25 @@ def test_another_projects_object_is_not_found(method, path, mine, theirs):
     assert Rubric.objects.get(pk=theirs.rubric.pk).name == theirs.rubric.name
     assert Webhook.objects.get(pk=theirs.webhook.pk).active
     assert Ticket.objects.get(pk=theirs.ticket.pk).status == Ticket.Status.OPEN
+    _assert_insight_untouched(theirs)
     # The owner reaches the same object.
     if method == "GET":
         assert _call(theirs.client(), method, _url(path, theirs)).status_code == 200
+
+
+def _assert_insight_untouched(data) -> None:
+    insight = Insight.objects.get(pk=data.insight.pk)
+    assert (insight.review, insight.status, insight.merged_into_id) == ("unreviewed", "open", None)
+    assert InsightStatement.objects.get(pk=data.statement.pk).node_insight_id == insight.pk
+
+
+@pytest.mark.parametrize("name", sorted(FOREIGN_REFERENCES))
+def test_another_projects_object_named_in_a_query_or_body_is_not_found(name, mine, theirs):
+    method, url, body = FOREIGN_REFERENCES[name]
+    response = _call(mine.client(), method, url(mine, theirs), body(mine, theirs) if body else None)
+    _assert_error_body(response, 404)
+    _assert_insight_untouched(theirs)
+    _assert_insight_untouched(mine)
 
 
 def _is_page(method: str, path: str) -> bool:
