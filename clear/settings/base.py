@@ -254,6 +254,9 @@ CLEAR_WEBHOOK_MAX_ATTEMPTS = env_int("CLEAR_WEBHOOK_MAX_ATTEMPTS", 8)
 CLEAR_WEBHOOK_BACKOFF_SECONDS = env_float("CLEAR_WEBHOOK_BACKOFF_SECONDS", 30.0)
 CLEAR_WEBHOOK_BACKOFF_MAX_SECONDS = env_float("CLEAR_WEBHOOK_BACKOFF_MAX_SECONDS", 1800.0)
 CLEAR_WEBHOOK_TIMEOUT_SECONDS = env_float("CLEAR_WEBHOOK_TIMEOUT_SECONDS", 10.0)
+# insight.regressed fires when an insight's frequency rose by at least this much (absolute, 0..1) since the last run
+# it occurred in (or when a fixed insight is reopened).
+CLEAR_INSIGHT_REGRESSION_DELTA = env_float("CLEAR_INSIGHT_REGRESSION_DELTA", 0.1)
 # Evolution sandbox (evolution/sandbox/): the weakest isolation a trial may run under (subprocess < bwrap < docker),
 # and the image the Docker runner uses (it must run the host's Python: same libc).
 CLEAR_EVOLUTION_MIN_SANDBOX = env_str("CLEAR_EVOLUTION_MIN_SANDBOX", "subprocess")
