@@ -78,9 +78,11 @@ def main(argv: list[str] | None = None) -> None:
             # Without a broker the on-commit dispatch would hang on retries: keep it out of the profile.
             outbox.outbox_dispatch = lambda **kw: 0
 
-        ingest._trace_rows = timed("trace rows", ingest._trace_rows)
+        ingest.traces_upsert = timed("trace rows", ingest.traces_upsert)
+        ingest._stored_lookup = timed("stored spans lookup", ingest._stored_lookup)
         ingest._resolve_nodes = timed("node resolution", ingest._resolve_nodes)
-        ingest._existing_span_keys = timed("existing span keys", ingest._existing_span_keys)
+        ingest._span_row = timed("span rows", ingest._span_row)
+        ingest.traces_context_save = timed("root contexts", ingest.traces_context_save)
         for name in ("spans_insert",):
             if hasattr(ingest, name):
                 setattr(ingest, name, timed("span insert", getattr(ingest, name)))

@@ -47,17 +47,32 @@ BATCH_SIZE = 1000  # bulk_create's batch size, as before
 
 class SpanRow:
     """The values of one span to insert: takes the same keyword arguments as `Span(...)`, without building a
-    model instance. `as_span()` builds it when one is needed (SQLite, the conflict fallback)."""
+    model instance. `as_span()` builds it when one is needed (SQLite, the conflict fallback).
 
-    __slots__ = ("values",)
+    `SpanRow.from_columns(values)` takes the values already in `COLUMN_NAMES` order instead (foreign keys as pks,
+    `received_at` None): the write path builds them straight from its records, with no keyword dict per span."""
+
+    __slots__ = ("values", "columns")
 
     def __init__(self, **values: Any):
         if not values.keys() <= _ACCEPTED:
             unknown = ", ".join(sorted(values.keys() - _ACCEPTED))
             raise TypeError(f"SpanRow() got unexpected keyword arguments: {unknown}")
         self.values = values
+        self.columns = None
+
+    @classmethod
+    def from_columns(cls, columns: list) -> SpanRow:
+        if len(columns) != len(_COLUMNS):
+            raise TypeError(f"SpanRow.from_columns() takes {len(_COLUMNS)} values, got {len(columns)}")
+        row = cls.__new__(cls)
+        row.values = None
+        row.columns = columns
+        return row
 
     def as_span(self) -> Span:
+        if self.columns is not None:
+            return Span(**{c.attname: v for c, v in zip(_COLUMNS, self.columns) if c.name != "received_at"})
         return Span(**self.values)
 
     def __repr__(self) -> str:
@@ -77,8 +92,12 @@ class _Column:
 
 
 _COLUMNS = [_Column(f) for f in Span._meta.concrete_fields if not f.primary_key]
+# The column order of SpanRow.from_columns (field names; the foreign keys `project` and `trace` take pks).
+COLUMN_NAMES = tuple(c.name for c in _COLUMNS)
 _ACCEPTED = frozenset(c.name for c in _COLUMNS) | frozenset(c.attname for c in _COLUMNS)
 _RECEIVED_AT = next(i for i, c in enumerate(_COLUMNS) if c.name == "received_at")
+_TRACE = COLUMN_NAMES.index("trace")
+_SPAN_ID = COLUMN_NAMES.index("span_id")
 _JSON_COLUMNS = [i for i, c in enumerate(_COLUMNS) if c.is_json]
 # Every span of an OTLP ResourceSpans shares one resource dict: encode it once per call.
 _SHARED_JSON = {i for i, c in enumerate(_COLUMNS) if c.name == "resource"}
@@ -138,7 +157,7 @@ def _given_values(given: dict) -> list:
 def _row_values(row: SpanRow | Span, now, shared: dict[int, bytes]) -> list:
     """The row's column values in _COLUMNS order, JSON already encoded."""
     if isinstance(row, SpanRow):
-        values = _given_values(row.values)
+        values = list(row.columns) if row.columns is not None else _given_values(row.values)
     else:
         given = row.__dict__
         values = [given[column.attname] for column in _COLUMNS]
@@ -213,6 +232,8 @@ def _copy(connection, rows: list[SpanRow | Span], now) -> None:
 
 def _sort_key(row: SpanRow | Span) -> tuple:
     if isinstance(row, SpanRow):
+        if row.columns is not None:
+            return (row.columns[_TRACE], row.columns[_SPAN_ID])
         given = row.values
         trace = given["trace"].pk if "trace" in given else given.get("trace_id")
         return (trace, given.get("span_id"))

@@ -4,19 +4,19 @@ One transaction per request: trace rows, span rows and the outbox items for foll
 the client's 200 means the spans are durable and their processing is scheduled.
 """
 
-from collections import defaultdict
+import operator
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields as dataclass_fields
 
 from django.db import transaction
-from django.db.models import Q
 from django.utils import timezone
 
 from clear.projects.models import Project
 from traces.models import Span, Trace
 from traces.normalize import LangfuseBatch, ScoreRecord, SpanRecord, SpanUpdate, TraceUpdate, resolve_nodes
-from traces.services.bulk import SpanRow, spans_insert
+from traces.services.bulk import COLUMN_NAMES, SpanRow, spans_insert
 from traces.services.outbox import TRACE_FINALIZE, outbox_enqueue
+from traces.services.trace_rows import stored_spans_find, traces_context_save, traces_upsert
 
 _SPAN_COLUMNS = (
     "parent_span_id", "name", "kind", "node", "node_fallback", "agent_name", "tool_name", "model", "input", "output",
@@ -40,28 +40,31 @@ class IngestResult:
     trace_ids: list[str] = field(default_factory=list)
 
 
-def _span_values(record: SpanRecord) -> dict:
-    values = {}
-    for column in _SPAN_COLUMNS:
-        value = getattr(record, column)
-        if value is None and column in _TEXT_COLUMNS:
-            value = ""
-        values[column] = value
-    values["name"] = (record.name or "")[:500]
-    return values
+# SpanRow.from_columns() straight from a record: one attrgetter call reads every column the record has (the other
+# positions read a placeholder attribute and are overwritten).
+_FROM_RECORD = {"span_id", *_SPAN_COLUMNS}
+_record_columns = operator.attrgetter(*(n if n in _FROM_RECORD else "span_id" for n in COLUMN_NAMES))
+_COL = {name: i for i, name in enumerate(COLUMN_NAMES)}
+_TEXT_POSITIONS = tuple(_COL[n] for n in sorted(_TEXT_COLUMNS))
+_NAME, _PROJECT, _TRACE, _INFERRED, _RECEIVED = (_COL[n] for n in ("name", "project", "trace", "node_inferred",
+                                                                     "received_at"))
+
+
+def _span_row(record: SpanRecord, *, project_pk: int, trace_pk: int, node_inferred: bool) -> SpanRow:
+    """The row of a record: its _SPAN_COLUMNS (None as "" in text columns, the name cut to 500) and span_id."""
+    values = list(_record_columns(record))
+    for i in _TEXT_POSITIONS:
+        if values[i] is None:
+            values[i] = ""
+    name = values[_NAME]
+    values[_NAME] = name[:500] if name else ""
+    values[_PROJECT], values[_TRACE], values[_INFERRED], values[_RECEIVED] = project_pk, trace_pk, node_inferred, None
+    return SpanRow.from_columns(values)
 
 
 def _trace_rows(*, project: Project, trace_ids: Iterable[str]) -> dict[str, Trace]:
-    """Get or create the trace rows, in sorted order so that concurrent batches lock them in the same order."""
-    wanted = sorted(set(trace_ids))
-    now = timezone.now()
-    Trace.objects.bulk_create(
-        [Trace(project=project, trace_id=trace_id, first_received_at=now, last_received_at=now) for trace_id in wanted],
-        ignore_conflicts=True,
-    )
-    rows = {trace.trace_id: trace for trace in Trace.objects.filter(project=project, trace_id__in=wanted)}
-    Trace.objects.filter(pk__in=[rows[t].pk for t in wanted]).update(last_received_at=now)
-    return rows
+    """Get or create the trace rows, locked until the transaction ends (see trace_rows.traces_upsert)."""
+    return traces_upsert(project=project, trace_ids=trace_ids)[0]
 
 
 def _apply_root_context(*, trace: Trace, record: SpanRecord) -> list[str]:
@@ -87,30 +90,39 @@ def _apply_root_context(*, trace: Trace, record: SpanRecord) -> list[str]:
     return changed
 
 
-def _known_parent_nodes(*, traces: dict[str, Trace], spans: list[SpanRecord]) -> dict[str, tuple[str | None, str | None]]:
-    """(kind, node) of stored parents that are not in this batch; an inferred node says nothing about its agent."""
+def _stored_lookup(
+    *, traces: dict[str, Trace], new: set[str], spans: list[SpanRecord]
+) -> tuple[set[tuple[str, str]], dict[str, tuple[str | None, str | None]]]:
+    """(keys of the batch's spans already stored, (kind, node) of stored parents outside the batch), in one query.
+
+    Traces whose row this request created have nothing stored: their spans are not looked up. A stored parent's
+    inferred node says nothing about its agent, so only an AGENT parent's inferred node is passed on."""
     in_batch = {(s.trace_id, s.span_id) for s in spans}
-    missing: dict[int, set[str]] = defaultdict(set)
+    own: set[tuple[int, str]] = set()
+    parents: set[tuple[int, str]] = set()
     for span in spans:
+        if span.trace_id in new:
+            continue
+        trace_pk = traces[span.trace_id].pk
+        own.add((trace_pk, span.span_id))
         if span.node is None and span.parent_span_id and (span.trace_id, span.parent_span_id) not in in_batch:
-            missing[traces[span.trace_id].pk].add(span.parent_span_id)
-    if not missing:
-        return {}
-    condition = Q()
-    for trace_pk, span_ids in missing.items():
-        condition |= Q(trace_id=trace_pk, span_id__in=span_ids)
+            parents.add((trace_pk, span.parent_span_id))
+    if not own and not parents:
+        return set(), {}
+    stored = stored_spans_find(keys=own | parents)
+    by_pk = {trace.pk: trace_id for trace_id, trace in traces.items()}
+    existing = {(by_pk[trace_pk], span_id) for trace_pk, span_id in stored.keys() & own}
     known = {}
-    for span_id, kind, node, inferred in Span.objects.filter(condition).values_list(
-        "span_id", "kind", "node", "node_inferred"
-    ):
-        known[span_id] = (kind, None if inferred and kind != Span.Kind.AGENT else node)
-    return known
+    for key in stored.keys() & parents:
+        kind, node, inferred = stored[key]
+        known[key[1]] = (kind, None if inferred and kind != Span.Kind.AGENT else node)
+    return existing, known
 
 
-def _resolve_nodes(*, traces: dict[str, Trace], spans: list[SpanRecord]) -> set[tuple[str, str]]:
+def _resolve_nodes(*, spans: list[SpanRecord], known: dict) -> set[tuple[str, str]]:
     """Fill every span's node; returns the keys of spans whose node is only a fallback for now."""
     undecided = {(s.trace_id, s.span_id) for s in spans if s.node is None}
-    resolve_nodes(spans, known_nodes=_known_parent_nodes(traces=traces, spans=spans))
+    resolve_nodes(spans, known_nodes=known)
     return {
         (s.trace_id, s.span_id)
         for s in spans
@@ -125,9 +137,9 @@ def spans_ingest(*, project: Project, spans: list[SpanRecord], provided_fields: 
     if not spans:
         return result
     with transaction.atomic():
-        traces = _trace_rows(project=project, trace_ids=(s.trace_id for s in spans))
-        inferred = _resolve_nodes(traces=traces, spans=spans)
-        existing = _existing_span_keys(traces=traces, spans=spans)
+        traces, new = traces_upsert(project=project, trace_ids=(s.trace_id for s in spans))
+        existing, known = _stored_lookup(traces=traces, new=new, spans=spans)
+        inferred = _resolve_nodes(spans=spans, known=known)
         rows, seen = [], set()
         for record in spans:
             key = (record.trace_id, record.span_id)
@@ -139,25 +151,19 @@ def spans_ingest(*, project: Project, spans: list[SpanRecord], provided_fields: 
                     _span_merge(trace=traces[record.trace_id], span_id=record.span_id,
                                 fields={f: getattr(record, f) for f in provided_fields[key] if f in _SPAN_COLUMNS})
                 continue
-            rows.append(SpanRow(project=project, trace=traces[record.trace_id], span_id=record.span_id,
-                                node_inferred=key in inferred, **_span_values(record)))
+            rows.append(_span_row(record, project_pk=project.pk, trace_pk=traces[record.trace_id].pk,
+                                  node_inferred=key in inferred))
         created = spans_insert(rows)  # COPY on Postgres, bulk_create(ignore_conflicts=True) elsewhere
         result.spans_created = len(created)
+        contexts = []
         for record in spans:
             if record.is_root:
                 trace = traces[record.trace_id]
-                changed = _apply_root_context(trace=trace, record=record)
-                if changed:
-                    trace.save(update_fields=sorted(set(changed)))
+                contexts.append((trace, _apply_root_context(trace=trace, record=record)))
+        traces_context_save(traces=contexts)
         outbox_enqueue(topic=TRACE_FINALIZE, keys=[str(traces[t].pk) for t in sorted(traces)])
         result.trace_ids = sorted(traces)
     return result
-
-
-def _existing_span_keys(*, traces: dict[str, Trace], spans: list[SpanRecord]) -> set[tuple[str, str]]:
-    by_pk = {trace.pk: trace_id for trace_id, trace in traces.items()}
-    stored = Span.objects.filter(trace_id__in=list(by_pk), span_id__in={s.span_id for s in spans})
-    return {(by_pk[trace_pk], span_id) for trace_pk, span_id in stored.values_list("trace_id", "span_id")}
 
 
 def _span_merge(*, trace: Trace, span_id: str, fields: dict) -> bool:
