@@ -90,6 +90,7 @@ class GraphNode:
     y: float = 0.0
     w: float = NODE_W
     h: float = NODE_H
+    insights: int = 0  # listed node-level insights at this node (the node links to them when there are any)
 
     @property
     def pass_rate(self) -> float | None:

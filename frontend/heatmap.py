@@ -51,7 +51,7 @@ class HeatMap:
     level: str
     columns: list[Insight]
     rows: list[Row]
-    more_columns: int  # insights of the run left out by the column cap
+    more_columns: bool  # the column cap left some of the run's insights out
 
 
 def heatmap_runs(*, project: Project) -> list[DiagnosisRun]:
@@ -64,10 +64,8 @@ def node_insight_heatmap(*, project: Project, run: DiagnosisRun, level: str = In
     insights = (insight_list(project=project, run=run, level=level, include_other=False)
                 .order_by("-frequency", "-count", "pk"))
     columns = list(insights[: MAX_COLUMNS + 1])
-    more = 0
-    if len(columns) > MAX_COLUMNS:
-        more = insights.count() - MAX_COLUMNS
-        columns = columns[:MAX_COLUMNS]
+    more = len(columns) > MAX_COLUMNS
+    columns = columns[:MAX_COLUMNS]
     judged_traces = RunTrace.objects.filter(run=run, status=RunTrace.Status.DONE).values("trace_id")
     judged = dict(Span.objects.filter(project=project, trace_id__in=judged_traces).exclude(node="")
                   .values("node").annotate(n=Count("trace_id", distinct=True)).order_by()

@@ -1,4 +1,5 @@
 """Keyset ("cursor") pagination, newest first on (field, pk): no OFFSET, so page 1000 costs what page 1 costs.
+The field is a datetime or a number (a model field or an annotation).
 
 A cursor is an opaque URL-safe token naming the row a page starts after (older) or before (newer). A cursor that
 does not decode is treated as none: the first page.
@@ -24,18 +25,27 @@ class Page:
 
 
 def _encode(direction: str, value, pk) -> str:
+    # The value's type travels with it: a datetime as ISO text ("d"), a number as itself ("n").
+    kind = "d" if isinstance(value, datetime) else "n"
     raw = json.dumps([direction, value.isoformat() if isinstance(value, datetime) else value,
-                      str(pk) if isinstance(pk, uuid.UUID) else pk])
+                      str(pk) if isinstance(pk, uuid.UUID) else pk, kind])
     return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 
 
-def _decode(cursor: str) -> tuple[str, datetime | None, object] | None:
+def _decode(cursor: str) -> tuple[str, datetime | float | None, object] | None:
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        direction, value, pk = json.loads(raw)
-        if direction not in ("a", "b") or not isinstance(pk, (int, str)):
+        direction, value, pk, *rest = json.loads(raw)
+        kind = rest[0] if rest else "d"
+        if direction not in ("a", "b") or not isinstance(pk, (int, str)) or kind not in ("d", "n"):
             return None
-        return direction, (datetime.fromisoformat(value) if value is not None else None), pk
+        if value is None:
+            return direction, None, pk
+        if kind == "n":
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                return None
+            return direction, value, pk
+        return direction, datetime.fromisoformat(value), pk
     except (ValueError, TypeError, json.JSONDecodeError):
         return None
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
 
-from django.db.models import Count, Exists, F, Max, Min, OuterRef, Q, QuerySet, Subquery, Sum
+from django.db.models import Case, Count, Exists, F, FloatField, Max, Min, OuterRef, Q, QuerySet, Subquery, Sum, When
 from django.db.models.functions import Coalesce, Trunc
 
 from clear.projects.models import Project
@@ -260,6 +260,23 @@ def node_stats(*, project: Project, release: str = "", sample: int | None = None
                 agent_spans=Count("pk", filter=Q(kind=Span.Kind.AGENT)),
             ).order_by("node"))
     return [NodeStats(**row) for row in rows]
+
+
+def by_rank(insights: QuerySet) -> QuerySet:
+    """Insights with `rank`: the frequency, with "other" buckets (statements that fit no pattern) after every
+    pattern (frequency is at most 1), so one keyset field orders the list."""
+    return insights.annotate(rank=Case(When(is_other=True, then=F("frequency") - 2), default=F("frequency"),
+                                       output_field=FloatField()))
+
+
+def insight_counts_by_node(*, project: Project) -> dict[str, int]:
+    """{node: listed node-level insights} (rejected, merged-away and "other" buckets aside); one query."""
+    from diagnosis.models import Insight
+    from diagnosis.selectors import insight_list
+
+    rows = (insight_list(project=project, level=Insight.Level.NODE, include_other=False).order_by()
+            .values("node").annotate(n=Count("pk", distinct=True)).values_list("node", "n"))
+    return dict(rows)
 
 
 @dataclass(frozen=True)

@@ -83,9 +83,14 @@ def workflow(request: HttpRequest, slug: str) -> HttpResponse:
     sample = queries.GRAPH_TRACE_SAMPLE
     stats = queries.node_stats(project=project, release=release, sample=sample)
     edges = queries.workflow_edges(project=project, release=release, sample=sample)
+    graph = charts.workflow_graph(stats, edges)
+    if graph:
+        counts = queries.insight_counts_by_node(project=project)
+        for node in graph.nodes:
+            node.insights = counts.get(node.name, 0)
     context = {
         "project": project, "nav": "workflow", "releases": releases, "release": release, "sample": sample,
-        "graph": charts.workflow_graph(stats, edges), "edges": edges,
+        "graph": graph, "edges": edges,
     }
     return render(request, "frontend/workflow.html", context)
 

@@ -23,9 +23,10 @@ from diagnosis.tickets.models import Ticket
 from diagnosis.tickets.selectors import STATUS_FILTERS, ticket_for_insight, ticket_get, ticket_list
 from diagnosis.tickets.services import ticket_status_set
 from frontend import queries
+from frontend.pagination import keyset_page
 from frontend.views import project_for
 
-LIST_LIMIT = 300
+PAGE_SIZE = 50
 EVIDENCE_LIMIT = 25
 TOP_INSIGHTS = 5
 
@@ -52,7 +53,7 @@ def top_insights(*, project: Project) -> list[Insight]:
 def insight_list_view(request: HttpRequest, slug: str) -> HttpResponse:
     project = project_for(request, slug)
     every = insight_list(project=project)
-    nodes = sorted({n for n in every.values_list("node", flat=True) if n})
+    nodes = sorted(queries.insight_counts_by_node(project=project))
     releases = queries.trace_releases(project=project)
     filters = {
         "level": _choice(request, "level", Insight.Level.values),
@@ -61,17 +62,18 @@ def insight_list_view(request: HttpRequest, slug: str) -> HttpResponse:
         "status": _choice(request, "status", Insight.Status.values),
         "release": _choice(request, "release", releases),
     }
-    insights = list(insight_list(project=project, level=filters["level"] or None, node=filters["node"] or None,
-                                 severity=filters["severity"] or None, status=filters["status"] or None,
-                                 release=filters["release"] or None)[:LIST_LIMIT])
-    top = max((i.frequency for i in insights), default=0) or 1
-    for insight in insights:
-        insight.bar = insight.frequency / top  # relative to the most frequent one listed
+    insights = insight_list(project=project, level=filters["level"] or None, node=filters["node"] or None,
+                            severity=filters["severity"] or None, status=filters["status"] or None,
+                            release=filters["release"] or None)
+    page = keyset_page(queries.by_rank(insights), field="rank", cursor=request.GET.get("cursor"), limit=PAGE_SIZE)
+    top = max((i.frequency for i in page.items), default=0) or 1
+    for insight in page.items:
+        insight.bar = insight.frequency / top  # relative to the most frequent one on the page
     context = {
-        "project": project, "nav": "insights", "insights": insights, "filters": filters,
-        "filtered": any(filters.values()), "has_any": every.exists(), "nodes": nodes, "releases": releases,
-        "levels": Insight.Level.choices, "severities": Insight.Severity.choices, "statuses": Insight.Status.choices,
-        "limit": LIST_LIMIT, "has_run": queries.latest_run(project=project) is not None,
+        "project": project, "nav": "insights", "insights": page.items, "page": page, "filters": filters,
+        "filtered": any(filters.values()), "has_any": every.exists(), "nodes": nodes,
+        "releases": releases, "levels": Insight.Level.choices, "severities": Insight.Severity.choices,
+        "statuses": Insight.Status.choices, "has_run": queries.latest_run(project=project) is not None,
     }
     return render(request, "frontend/insights.html", context)
 
@@ -145,12 +147,13 @@ def ticket_list_view(request: HttpRequest, slug: str) -> HttpResponse:
     status = request.GET.get("status", "open")
     if status not in STATUS_FILTERS:
         status = "open"
-    tickets = list(ticket_list(project=project, status=status).order_by("-frequency", "pk")[:LIST_LIMIT])
+    page = keyset_page(ticket_list(project=project, status=status), field="frequency",
+                       cursor=request.GET.get("cursor"), limit=PAGE_SIZE)
     context = {
-        "project": project, "nav": "tickets", "tickets": tickets, "status": status,
+        "project": project, "nav": "tickets", "tickets": page.items, "page": page, "status": status,
         "status_filters": [(s, s.replace("_", " ")) for s in STATUS_FILTERS],
         "statuses": Ticket.Status.choices, "outputs": OUTPUTS,
-        "has_any": ticket_list(project=project).exists(), "limit": LIST_LIMIT,
+        "has_any": bool(page.items) or ticket_list(project=project).exists(),
     }
     return render(request, "frontend/tickets.html", context)
 

@@ -9,7 +9,8 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from diagnosis.models import DiagnosisRun, Feedback
+from diagnosis.models import DiagnosisRun, Feedback, Insight, InsightOccurrence, InsightStatement
+from diagnosis.tickets.models import Ticket
 from diagnosis.services import rubric_create
 from tests.frontend.conftest import client_for
 from traces.models import Span, Trace
@@ -46,10 +47,44 @@ def _count(client, url: str) -> int:
     return len(queries)
 
 
-@pytest.mark.parametrize("page", ["", "traces/", "nodes/", "workflow/", "runs/", "settings/rubrics/"])
+def _insights(project, n: int, *, offset: int = 0, frequency=None) -> list[Insight]:
+    """n insights (system and node level, some "other" buckets), each with a ticket, an occurrence in an insights
+    run and statements at two nodes; the frequencies repeat so the pages have ties."""
+    run = (DiagnosisRun.objects.filter(project=project, insights_status="done").first()
+           or DiagnosisRun.objects.create(project=project, name="insights", status="succeeded",
+                                          insights_status="done"))
+    traces = list(Trace.objects.filter(project=project).order_by("pk")[:3])
+    insights = []
+    for i in range(offset, offset + n):
+        level = "system" if i % 2 else "node"
+        insights.append(Insight.objects.create(
+            project=project, level=level, node="" if level == "system" else f"node-{i % 4}", is_other=i in (8, 17),
+            title=f"insight {i}", frequency=(i % 7) / 10 if frequency is None else frequency, count=i,
+            fingerprint=f"fp{i}", severity="high" if i % 3 == 0 else "medium"))
+    for insight in insights:
+        InsightOccurrence.objects.create(insight=insight, run=run, releases={"r1": 1})
+        Ticket.objects.create(project=project, insight=insight, fingerprint=insight.fingerprint, title=insight.title,
+                              frequency=insight.frequency, node=insight.node, level=insight.level)
+        for position, trace in enumerate(traces):
+            feedback, _ = Feedback.objects.get_or_create(
+                run=run, project=project, trace=trace, judge="rule.loop", target_span_id="s1",
+                defaults={"judge_kind": "rule", "verdict": "fail"})
+            InsightStatement.objects.create(
+                project=project, run=run, feedback=feedback, trace=trace, position=insight.pk * 10 + position,
+                kind="issue", text="t", node=("worker", "writer")[position % 2], judge="rule.loop",
+                **{"system_insight" if insight.level == "system" else "node_insight": insight})
+    return insights
+
+
+LIST_PAGES = ["", "traces/", "nodes/", "nodes/?level=node", "workflow/", "runs/", "settings/rubrics/", "insights/",
+              "insights/?level=system&release=r1", "tickets/", "tickets/?status=all"]
+
+
+@pytest.mark.parametrize("page", LIST_PAGES)
 def test_pages_cost_the_same_queries_with_5_or_50_rows(project, owner, page):
     client = client_for(owner)
     _traces(project, 5)
+    _insights(project, 5)
     for i in range(5):
         rubric_create(project=project, name=f"rubric {i}", kind="tool_never", config={"tool": f"t{i}"})
         DiagnosisRun.objects.create(project=project, name=f"run {i}", created_by=owner)
@@ -57,10 +92,66 @@ def test_pages_cost_the_same_queries_with_5_or_50_rows(project, owner, page):
     client.get(url)  # warm up: the session and content types
     small = _count(client, url)
     _traces(project, 45, offset=5)
+    _insights(project, 45, offset=5)
     for i in range(5, 50):
         rubric_create(project=project, name=f"rubric {i}", kind="tool_never", config={"tool": f"t{i}"})
         DiagnosisRun.objects.create(project=project, name=f"run {i}", created_by=owner)
     assert _count(client, url) == small, url
+
+
+def _walk(client, url: str) -> tuple[list, list[str]]:
+    """Every page from the first, following the next links; returns the items and the URLs visited."""
+    seen, urls, next_url = [], [], url
+    while next_url:
+        response = client.get(next_url)
+        page = response.context["page"]
+        seen += list(page.items)
+        urls.append(next_url)
+        next_url = None
+        if page.next_cursor:
+            assert 'rel="next"' in response.content.decode()
+            next_url = url + ("&" if "?" in url else "?") + f"cursor={page.next_cursor}"
+    return seen, urls
+
+
+@pytest.mark.parametrize("kind", ["insights", "tickets"])
+def test_insight_and_ticket_pages_walk_every_row_once_in_order(project, owner, kind):
+    client = client_for(owner)
+    _traces(project, 3)
+    _insights(project, 130)
+    _insights(project, 12, offset=130, frequency=0.3)  # a run of ties across a page boundary
+    base = f"/p/{project.slug}/{kind}/"
+    if kind == "insights":
+        rows = list(Insight.objects.filter(project=project))
+        expected = [i.pk for i in sorted(rows, key=lambda i: (-(i.frequency - 2 if i.is_other else i.frequency),
+                                                              -i.pk))]
+        url = base
+    else:
+        rows = list(Ticket.objects.filter(project=project))
+        expected = [t.pk for t in sorted(rows, key=lambda t: (-t.frequency, -t.pk))]
+        url = base + "?status=all"
+    items, urls = _walk(client, url)
+    assert [i.pk for i in items] == expected and len(urls) == 3  # 142 rows, 50 a page
+    # Back from the last page: the previous pages come back the same.
+    last = client.get(urls[-1]).context["page"]
+    back = client.get(url + ("&" if "?" in url else "?") + f"cursor={last.prev_cursor}").context["page"]
+    assert [i.pk for i in back.items] == expected[50:100]
+    html = client.get(urls[1]).content.decode()
+    assert "Less frequent ›" in html and "‹ More frequent" in html and "« Most frequent" in html
+
+
+def test_insight_pages_keep_the_filters(project, owner):
+    client = client_for(owner)
+    _traces(project, 3)
+    _insights(project, 160)  # 80 at node level, 53 of them medium
+    url = f"/p/{project.slug}/insights/?level=node&severity=medium"
+    items, urls = _walk(client, url)
+    expected = Insight.objects.filter(project=project, level="node", severity="medium")
+    assert sorted(i.pk for i in items) == sorted(expected.values_list("pk", flat=True)) and len(urls) == 2
+    html = client.get(url).content.decode()
+    assert "level=node&amp;severity=medium&amp;cursor=" in html
+    # A cursor that does not decode is the first page, not an error.
+    assert client.get(url + "&cursor=%%%").context["page"].is_first
 
 
 def test_nodes_and_graph_queries_do_not_grow_with_nodes(project, owner):
