@@ -1,1 +1,283 @@
-from django.db import models  # noqa: F401
+"""Evolution: targets (agent repositories), jobs as an explicit state machine, and everything a job records.
+
+The state machine's rules live in evolution/services/jobs.py (one transition helper); these are the rows.
+"""
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from clear.projects.models import Project
+
+
+class EvolutionTarget(models.Model):
+    """An agent repository Clear may try to fix: a local path or git URL plus its validated evolution config."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="evolution_targets")
+    name = models.CharField(max_length=200)
+    source = models.CharField(max_length=1000, help_text="local path or git URL the mirror is cloned from")
+    default_branch = models.CharField(max_length=200, blank=True, help_text="blank: the source's HEAD")
+    push_url = models.CharField(max_length=1000, blank=True, help_text="where PR branches go; blank: the source")
+    config = models.JSONField(default=dict, help_text="validated by evolution.config.target_config_validate")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                   related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["project", "name"], name="evolution_target_name_unique")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class JobState(models.TextChoices):
+    QUEUED = "QUEUED"
+    PREPARING = "PREPARING"
+    BASELINE = "BASELINE"
+    LOCATING = "LOCATING"
+    PLANNING = "PLANNING"
+    PLAN_REVIEW = "PLAN_REVIEW"
+    IMPLEMENTING = "IMPLEMENTING"
+    CODE_REVIEW = "CODE_REVIEW"
+    CHECKING = "CHECKING"
+    TRIALS = "TRIALS"
+    VERDICT = "VERDICT"
+    AWAITING_CONSENT = "AWAITING_CONSENT"
+    PROMOTING = "PROMOTING"
+    HEALTH_CHECK = "HEALTH_CHECK"
+    ROLLING_BACK = "ROLLING_BACK"
+    PROMOTED = "PROMOTED"
+    PR_OPENED = "PR_OPENED"
+    REJECTED = "REJECTED"
+    NO_IMPROVEMENT = "NO_IMPROVEMENT"
+    ROLLED_BACK = "ROLLED_BACK"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    EXPIRED = "EXPIRED"
+
+
+TERMINAL_STATES = (
+    JobState.PROMOTED, JobState.PR_OPENED, JobState.REJECTED, JobState.NO_IMPROVEMENT, JobState.ROLLED_BACK,
+    JobState.FAILED, JobState.CANCELLED, JobState.EXPIRED,
+)
+
+
+class EvolutionJob(models.Model):
+    class Depth(models.TextChoices):
+        SHALLOW = "shallow"
+        STANDARD = "standard"
+        DEEP = "deep"
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="evolution_jobs")
+    target = models.ForeignKey(EvolutionTarget, on_delete=models.PROTECT, related_name="jobs")
+    insight = models.ForeignKey("diagnosis.Insight", on_delete=models.PROTECT, related_name="evolution_jobs")
+    ticket = models.ForeignKey("tickets.Ticket", null=True, blank=True, on_delete=models.SET_NULL,
+                               related_name="evolution_jobs")
+    state = models.CharField(max_length=20, choices=JobState.choices, default=JobState.QUEUED)
+    state_version = models.PositiveIntegerField(default=0)
+    depth = models.CharField(max_length=10, choices=Depth.choices, default=Depth.STANDARD)
+    backend_name = models.CharField(max_length=100)
+    backend_config = models.JSONField(default=dict, blank=True)
+    sandbox_level = models.CharField(max_length=20, blank=True, help_text="chosen at PREPARING")
+    base_commit = models.CharField(max_length=40, blank=True)
+    current_iteration = models.PositiveIntegerField(default=0)
+    best_iteration = models.ForeignKey("Iteration", null=True, blank=True, on_delete=models.SET_NULL,
+                                       related_name="+")
+    stop_requested = models.BooleanField(default=False)
+    consent_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                   related_name="+")
+    consent_at = models.DateTimeField(null=True, blank=True)
+    consent_patch_sha256 = models.CharField(max_length=64, blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                   related_name="+")
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    config_snapshot = models.JSONField(default=dict, blank=True, help_text="{target: config, policy: ...} at start")
+    terminal_reason = models.CharField(max_length=60, blank=True)
+    error = models.TextField(blank=True)
+    pr_branch = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            # At most one job works on a repository at a time (MOSS's busy flag, enforced by the database).
+            models.UniqueConstraint(fields=["target"], condition=~Q(state__in=[s.value for s in TERMINAL_STATES]),
+                                    name="evolution_one_active_job_per_target"),
+        ]
+        indexes = [models.Index(fields=["state", "heartbeat_at"], name="evolution_job_state_heartbeat")]
+
+    def __str__(self) -> str:
+        return f"job {self.pk} ({self.state})"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+    @property
+    def policy(self) -> dict:
+        return self.config_snapshot.get("policy", {})
+
+    @property
+    def target_config(self) -> dict:
+        return self.config_snapshot.get("target", {})
+
+
+class Iteration(models.Model):
+    class Status(models.TextChoices):
+        RUNNING = "running"
+        FAILED = "failed"  # plan/code rejected, gates failed, malformed output: no trials
+        EVALUATED = "evaluated"  # trials ran and a verdict was given
+
+    job = models.ForeignKey(EvolutionJob, on_delete=models.CASCADE, related_name="iterations")
+    n = models.PositiveIntegerField()
+    base_commit = models.CharField(max_length=40)
+    candidate_commit = models.CharField(max_length=40, blank=True)
+    patch_sha256 = models.CharField(max_length=64, blank=True)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.RUNNING)
+    failure_reason = models.CharField(max_length=60, blank=True)
+    verdict = models.CharField(max_length=20, blank=True)
+    score = models.FloatField(null=True, blank=True, help_text="candidate mean target score, when gate-satisfying")
+    metrics = models.JSONField(default=dict, blank=True)
+    feedback = models.JSONField(default=list, blank=True, help_text="reviewer/gate feedback for the next round")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["job", "n"], name="evolution_iteration_unique")]
+        ordering = ["job", "n"]
+
+
+class StageRun(models.Model):
+    """One execution of a stage; (job, iteration_n, stage, round) is the idempotency key of its Celery task."""
+
+    class Status(models.TextChoices):
+        RUNNING = "running"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+
+    job = models.ForeignKey(EvolutionJob, on_delete=models.CASCADE, related_name="stage_runs")
+    iteration = models.ForeignKey(Iteration, null=True, blank=True, on_delete=models.CASCADE,
+                                  related_name="stage_runs")
+    iteration_n = models.PositiveIntegerField(default=0)
+    stage = models.CharField(max_length=20)
+    round = models.PositiveIntegerField(default=0)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.RUNNING)
+    claim = models.CharField(max_length=32)
+    started_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    backend = models.CharField(max_length=100, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    session_id = models.CharField(max_length=200, blank=True)
+    tokens_in = models.PositiveIntegerField(default=0)
+    tokens_out = models.PositiveIntegerField(default=0)
+    cost_usd = models.FloatField(default=0.0)
+    timed_out = models.BooleanField(default=False)
+    isolation_level = models.CharField(max_length=20, blank=True)
+    tree_hash_before = models.CharField(max_length=40, blank=True)
+    tree_hash_after = models.CharField(max_length=40, blank=True)
+    output = models.JSONField(null=True, blank=True)
+    outcome = models.CharField(max_length=40, blank=True, help_text="e.g. APPROVE, REJECT, OUTPUT_MALFORMED")
+    error = models.TextField(blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["job", "iteration_n", "stage", "round"],
+                                               name="evolution_stage_run_key")]
+        ordering = ["started_at", "pk"]
+
+
+class Artifact(models.Model):
+    """A file a stage produced, stored once by content (CLEAR_EVOLUTION_DIR/artifacts/<sha[:2]>/<sha>)."""
+
+    job = models.ForeignKey(EvolutionJob, on_delete=models.CASCADE, related_name="artifacts")
+    iteration = models.ForeignKey(Iteration, null=True, blank=True, on_delete=models.CASCADE,
+                                  related_name="artifacts")
+    stage_run = models.ForeignKey(StageRun, null=True, blank=True, on_delete=models.SET_NULL,
+                                  related_name="artifacts")
+    kind = models.CharField(max_length=30)
+    name = models.CharField(max_length=200)
+    sha256 = models.CharField(max_length=64)
+    size = models.PositiveBigIntegerField()
+    mime = models.CharField(max_length=100, default="application/json")
+    path = models.CharField(max_length=500, help_text="relative to CLEAR_EVOLUTION_DIR")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["job", "kind"], name="evolution_artifact_kind")]
+        ordering = ["created_at", "pk"]
+
+
+class TaskSpec(models.Model):
+    """A task the job's trials run, snapshotted at PREPARING so later changes to traces or the suite don't move it."""
+
+    class Kind(models.TextChoices):
+        TARGET = "target"
+        REGRESSION = "regression"
+
+    job = models.ForeignKey(EvolutionJob, on_delete=models.CASCADE, related_name="tasks")
+    kind = models.CharField(max_length=12, choices=Kind.choices)
+    source = models.CharField(max_length=20, help_text="insight_trace, suite or promoted")
+    task_id = models.CharField(max_length=200)
+    seed = models.BigIntegerField(default=0)
+    trace_id = models.CharField(max_length=32, blank=True)
+    trials = models.PositiveIntegerField()
+    timeout_s = models.FloatField()
+    reproduces = models.BooleanField(null=True, blank=True, help_text="targets: failed at baseline")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["job", "task_id", "seed"], name="evolution_task_unique")]
+        ordering = ["kind", "task_id", "seed"]
+
+
+class TrialRun(models.Model):
+    class Arm(models.TextChoices):
+        BASELINE = "baseline"
+        CANDIDATE = "candidate"
+
+    job = models.ForeignKey(EvolutionJob, on_delete=models.CASCADE, related_name="trial_runs")
+    iteration = models.ForeignKey(Iteration, null=True, blank=True, on_delete=models.CASCADE,
+                                  related_name="trial_runs")
+    iteration_n = models.PositiveIntegerField(default=0, help_text="0: the baseline arm")
+    task = models.ForeignKey(TaskSpec, on_delete=models.CASCADE, related_name="trial_runs")
+    arm = models.CharField(max_length=10, choices=Arm.choices)
+    trial_n = models.PositiveIntegerField()
+    seed = models.BigIntegerField()
+    score = models.FloatField(default=0.0)
+    passed = models.BooleanField(default=False)
+    duration_s = models.FloatField(default=0.0)
+    exit_code = models.IntegerField(null=True, blank=True)
+    timed_out = models.BooleanField(default=False)
+    isolation_level = models.CharField(max_length=20)
+    grade = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True)
+    artifact = models.ForeignKey(Artifact, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["job", "iteration_n", "task", "arm", "trial_n"],
+                                               name="evolution_trial_unique")]
+
+
+class Verdict(models.Model):
+    iteration = models.OneToOneField(Iteration, on_delete=models.CASCADE, related_name="verdict_record")
+    decision = models.CharField(max_length=20)
+    rules = models.JSONField(default=list, help_text="[{name, value, threshold, passed, detail}]")
+    policy = models.JSONField(default=dict)
+    summary = models.TextField(blank=True)
+    grader_commit = models.CharField(max_length=40, blank=True, help_text="the base commit graders ran from")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+
+class AuditEvent(models.Model):
+    """Append-only record of what happened to a job (written in the same transaction as the change)."""
+
+    job = models.ForeignKey(EvolutionJob, on_delete=models.CASCADE, related_name="events")
+    ts = models.DateTimeField(auto_now_add=True)
+    actor = models.CharField(max_length=200)
+    event = models.CharField(max_length=60)
+    from_state = models.CharField(max_length=20, blank=True)
+    to_state = models.CharField(max_length=20, blank=True)
+    data = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["ts", "pk"]

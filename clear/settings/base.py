@@ -261,6 +261,17 @@ CLEAR_INSIGHT_REGRESSION_DELTA = env_float("CLEAR_INSIGHT_REGRESSION_DELTA", 0.1
 # and the image the Docker runner uses (it must run the host's Python: same libc).
 CLEAR_EVOLUTION_MIN_SANDBOX = env_str("CLEAR_EVOLUTION_MIN_SANDBOX", "subprocess")
 CLEAR_EVOLUTION_DOCKER_IMAGE = env_str("CLEAR_EVOLUTION_DOCKER_IMAGE", "debian:12-slim")
+# Evolution jobs (evolution/services/): mirrors, worktrees and the content-addressed artifacts live under
+# CLEAR_EVOLUTION_DIR; a working stage beats every HEARTBEAT seconds and the janitor fails a job silent for STALE
+# seconds (worker lost); a candidate waits CONSENT_TTL_HOURS for a human before it expires.
+CLEAR_EVOLUTION_DIR = Path(env_str("CLEAR_EVOLUTION_DIR", str(VAR_DIR / "evolution"))).resolve()
+CLEAR_EVOLUTION_HEARTBEAT_SECONDS = env_float("CLEAR_EVOLUTION_HEARTBEAT_SECONDS", 10.0)
+CLEAR_EVOLUTION_STALE_SECONDS = env_float("CLEAR_EVOLUTION_STALE_SECONDS", 300.0)
+CLEAR_EVOLUTION_CONSENT_TTL_HOURS = env_float("CLEAR_EVOLUTION_CONSENT_TTL_HOURS", 168.0)
+CELERY_BEAT_SCHEDULE["evolution-janitor"] = {
+    # Stale heartbeats → FAILED(worker_lost), lost prepare messages re-sent, orphaned worktrees removed, consent expiry.
+    "task": "evolution.janitor", "schedule": env_float("CLEAR_EVOLUTION_JANITOR_SECONDS", 60.0),
+}
 CELERY_BEAT_SCHEDULE.update({
     # Re-sends webhook deliveries whose message was lost.
     "webhooks-sweep": {"task": "webhooks.sweep", "schedule": 60.0},
