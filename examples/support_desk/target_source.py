@@ -92,7 +92,10 @@ FAULTS: dict[str, Fault] = {
     ),
     "retry_loop": Fault(
         "agents/workers.py",
-        switched=_RETRY_HEAD + "            if self.context.config.bugs.retry_loop:\n                continue\n" + _BACKOFF,
+        switched=_RETRY_HEAD
+        + "            if self.context.config.bugs.retry_loop:\n"
+        + "                continue\n"
+        + _BACKOFF,
         # Without the back-off the loop re-sends the identical call at once.
         faulty=_RETRY_HEAD,
         correct=_RETRY_HEAD + _BACKOFF,

@@ -41,7 +41,8 @@ def clean_env(home: Path) -> dict[str, str]:
 
 
 def command(template: str, **values: object) -> list[str]:
-    return shlex.split(template.format(**{key: shlex.quote(str(value)) for key, value in values.items()}))
+    """Split first, then fill each word: the pipeline's rendering, so no value can add or split arguments."""
+    return [word.format(**{key: str(value) for key, value in values.items()}) for word in shlex.split(template)]
 
 
 def sh(args: list[str], *, cwd: Path, home: Path) -> subprocess.CompletedProcess[str]:
@@ -122,12 +123,14 @@ def failing(results: dict) -> set[str]:
 
 def test_target_repository_layout_and_commit(base: Path, tmp_path: Path) -> None:
     assert git(base, "rev-parse", "--abbrev-ref", "HEAD").strip() == "main"
-    assert git(base, "log", "--format=%an <%ae> %s").strip() == "support-desk <support-desk@example.invalid> support desk"
+    author_and_subject = git(base, "log", "--format=%an <%ae> %s").strip()
+    assert author_and_subject == "support-desk <support-desk@example.invalid> support desk"
     assert git(base, "status", "--porcelain") == ""
     tracked = set(git(base, "ls-files").split())
     assert {"evolution.json", "grading/grade.py", "grading/suite.py", "grading/tasks.json", "tests/test_desk.py",
             "support_desk/__main__.py", "support_desk/agents/mediator.py"} <= tracked
-    assert not any("target_" in path or path.endswith(".md") and "BUGS" in path for path in tracked)
+    # Neither the fault catalogue nor the target-making code travels with the target.
+    assert not any(path.endswith("BUGS.md") or "target_" in path for path in tracked)
     assert json.loads((base / "evolution.json").read_text()) == EVOLUTION_CONFIG
 
     # Same input, same commit: the author, date and content are fixed.
@@ -156,12 +159,18 @@ def test_target_package_imports_only_itself_stdlib_and_opentelemetry(base: Path)
 def test_target_with_faults_built_in_behaves_like_the_switches(bugs: str | None, tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     target_repo_make(dest=repo, bugs=bugs)
-    for seed in (0, 3):
-        completed = sh([sys.executable, "-m", "support_desk", "run", "--seed", str(seed)], cwd=repo, home=tmp_path)
-        assert completed.returncode == 0, completed.stderr
-        rows = [line.split() for line in completed.stdout.splitlines() if line.startswith("  ")]
-        expected = run_suite(bugs=bugs or "mediator_race,retry_loop", seed=seed)
-        assert rows == [[r.task_id, f"{r.score:.2f}", r.outcome] for r in expected]
+    dump = (
+        "import json, sys; from support_desk import run_suite; "
+        "print(json.dumps([r.as_json_dict() for seed in (0, 3) for r in run_suite(seed=seed)]))"
+    )
+    completed = sh([sys.executable, "-c", dump], cwd=repo, home=tmp_path)
+    assert completed.returncode == 0, completed.stderr
+    switches = bugs or "mediator_race,retry_loop"
+    expected = [r.as_json_dict() for seed in (0, 3) for r in run_suite(bugs=switches, seed=seed)]
+    actual = json.loads(completed.stdout)
+    for row in (*expected, *actual):
+        row.pop("trace_id")
+    assert actual == expected
 
 
 def test_health_tests_and_suite_commands(base: Path, tmp_path: Path) -> None:
@@ -270,7 +279,8 @@ def test_scripted_fix_fixes_the_targets_and_the_breaking_patch_regresses_misrout
     assert failing(baseline) == MEDIATOR_RACE | RETRY_LOOP
     assert all(not baseline[(task_id, seed)] for task_id in MEDIATOR_RACE for seed in SEEDS)
 
-    fixed = trial_results("fixed", candidate(base, tmp_path / "fix", "mediator_race_fix.json"), base, tmp_path, everything)
+    fixed_tree = candidate(base, tmp_path / "fix", "mediator_race_fix.json")
+    fixed = trial_results("fixed", fixed_tree, base, tmp_path, everything)
     assert failing(fixed) == RETRY_LOOP
     assert {task: passed for task, passed in fixed.items() if task[0] not in MEDIATOR_RACE} == {
         task: passed for task, passed in baseline.items() if task[0] not in MEDIATOR_RACE}
