@@ -3,6 +3,10 @@ problem must not fail the work that emitted it)."""
 
 import logging
 
+from django.conf import settings
+from django.db import transaction
+
+from clear.webhooks.models import Webhook
 from clear.webhooks.services import webhook_event_emit
 
 logger = logging.getLogger(__name__)
@@ -26,3 +30,68 @@ def diagnosis_run_finished(*, run_id) -> None:
         }})
     except Exception:  # noqa: BLE001
         logger.exception("webhooks.emit_failed event=diagnosis_run.finished run=%s", run_id)
+
+
+def _insight_body(insight) -> dict:
+    return {
+        "id": insight.pk, "level": insight.level, "node": insight.node, "title": insight.title,
+        "description": insight.description, "severity": insight.severity, "status": insight.status,
+        "review": insight.review, "count": insight.count, "trace_count": insight.trace_count,
+        "frequency": insight.frequency, "first_seen": insight.first_seen, "last_seen": insight.last_seen,
+        "reopen_count": insight.reopen_count, "url": f"/api/v1/insights/{insight.pk}/",
+    }
+
+
+def _occurrence_body(occurrence) -> dict:
+    return {"run": str(occurrence.run_id), "count": occurrence.count, "trace_count": occurrence.trace_count,
+            "judged": occurrence.judged, "frequency": occurrence.frequency}
+
+
+def insights_built(*, run, created: list[int], matched: list[int], reopened: list[int]) -> None:
+    """`insight.created` for each new insight of a run's build, `insight.regressed` for each insight reopened by it
+    or whose frequency rose by CLEAR_INSIGHT_REGRESSION_DELTA or more since the last earlier run it occurred in.
+    Call inside the build's transaction: deliveries go out after it commits. Rejected and ignored insights (people
+    said they are not problems) send nothing."""
+    try:
+        # A savepoint: an error here must not poison the build's transaction.
+        with transaction.atomic():
+            _insights_built(run=run, created=created, matched=matched, reopened=reopened)
+    except Exception:  # noqa: BLE001
+        logger.exception("webhooks.emit_failed event=insight.* run=%s", run.pk)
+
+
+def _insights_built(*, run, created: list[int], matched: list[int], reopened: list[int]) -> None:
+    from diagnosis.models import Insight, InsightOccurrence
+
+    if not Webhook.objects.filter(project_id=run.project_id, active=True).exists():
+        return
+    threshold = settings.CLEAR_INSIGHT_REGRESSION_DELTA
+    wanted = set(created) | set(matched) | set(reopened)
+    insights = (Insight.objects.filter(pk__in=wanted, project_id=run.project_id, is_other=False)
+                .exclude(review=Insight.Review.REJECTED).exclude(status=Insight.Status.IGNORED)
+                .select_related("project").in_bulk())
+    current = {o.insight_id: o for o in InsightOccurrence.objects.filter(run=run, insight_id__in=insights)}
+    run_body = {"id": str(run.pk), "name": run.name, "release": run.release, "url": f"/api/v1/runs/{run.pk}/"}
+    for insight_id in created:
+        insight = insights.get(insight_id)
+        if insight is not None:
+            webhook_event_emit(project=insight.project, event="insight.created", payload={
+                "insight": _insight_body(insight), "run": run_body,
+                "occurrence": _occurrence_body(current[insight_id]) if insight_id in current else None})
+    for insight_id in sorted((set(matched) | set(reopened)) - set(created)):
+        insight, now = insights.get(insight_id), current.get(insight_id)
+        if insight is None or now is None:
+            continue
+        previous = (InsightOccurrence.objects.filter(insight_id=insight_id, run__created_at__lt=run.created_at)
+                    .exclude(run=run).order_by("-run__created_at").first())
+        if insight_id in reopened:
+            reason = "reopened"
+        elif previous is not None and now.frequency - previous.frequency >= threshold:
+            reason = "frequency"
+        else:
+            continue
+        webhook_event_emit(project=insight.project, event="insight.regressed", payload={
+            "reason": reason, "insight": _insight_body(insight), "run": run_body,
+            "occurrence": _occurrence_body(now),
+            "previous": _occurrence_body(previous) if previous is not None else None,
+            "threshold": threshold})

@@ -19,6 +19,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from clear.projects.models import Project
+from clear.webhooks.events import insights_built as insights_built_emit
 from diagnosis.insights.embedding import centroid_of, embedder_get, statement_vectors
 from diagnosis.insights.groups import groups_name
 from diagnosis.insights.identity import Known, groups_assign, identity_threshold
@@ -160,6 +161,7 @@ def _build(run: DiagnosisRun, *, rebuild: bool) -> dict:
         fingerprints = {i: fingerprint(name.terms, groups[i].node, groups[i].level) for i, (_, name) in names.items()}
         data = RunData(run=run, drafts=drafts, keys=keys, vectors=vectors, traces=traces, model_id=embedder.model_id)
         written = insights_write(data=data, groups=groups, names=names, fingerprints=fingerprints)
+        insights_built_emit(run=run, created=written.new, matched=written.matched, reopened=written.reopened)
         dropped = _drop_orphans(run) if rebuild else 0
         judged_by_release: dict[str, int] = {}
         for info in traces.values():
