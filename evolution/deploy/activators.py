@@ -6,9 +6,11 @@ Kubernetes rollout. `reload` raises ActivatorError when it cannot; health is the
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Protocol, runtime_checkable
@@ -19,8 +21,10 @@ from evolution.deploy.commands import (
     command_argv,
     command_env,
     process_group_kill,
+    process_stat,
     subprocess_command_runner,
 )
+from evolution.deploy.state import file_replace_atomic
 from evolution.deploy.errors import ActivatorError, DeployInvalid
 
 
@@ -35,7 +39,11 @@ class Activator(Protocol):
 
 class ProcessActivator:
     """Runs `command` (with `{release_dir}` filled in) from the release directory in its own process group; a reload
-    kills the old group (SIGTERM, then SIGKILL after `stop_timeout_s`) and starts the new release."""
+    kills the old group (SIGTERM, then SIGKILL after `stop_timeout_s`) and starts the new release.
+
+    With `pid_file`, the running agent is recorded (pid + kernel start time, so a recycled pid is never mistaken for
+    it) and a later activator — the next Celery task, after a worker restart — adopts, probes and replaces it.
+    """
 
     def __init__(
         self,
@@ -43,6 +51,7 @@ class ProcessActivator:
         command: str | Sequence[str],
         env: Mapping[str, str] | None = None,
         log_path: Path | None = None,
+        pid_file: Path | None = None,
         stop_timeout_s: float = 5.0,
     ):
         command_argv(command, release_dir="")  # bad commands fail at configuration time, not at the first reload
@@ -51,18 +60,38 @@ class ProcessActivator:
         self.command = command
         self.env = dict(env or {})
         self.log_path = Path(log_path) if log_path else None
+        self.pid_file = Path(pid_file) if pid_file else None
         self.stop_timeout_s = stop_timeout_s
         self.process: subprocess.Popen[bytes] | None = None
         self.release_dir: Path | None = None
         self._guard = threading.Lock()
 
+    def _recorded(self) -> tuple[int, int] | None:
+        """(pid, start time) of the agent in pid_file, if that very process still runs."""
+        if self.pid_file is None:
+            return None
+        try:
+            data = json.loads(self.pid_file.read_text())
+            pid, started = int(data["pid"]), int(data["start"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        stat = process_stat(pid)
+        if stat is None or stat[1] != started or stat[0] in ("Z", "X"):
+            return None
+        return pid, started
+
     @property
     def pid(self) -> int | None:
-        return self.process.pid if self.process is not None else None
+        if self.process is not None:
+            return self.process.pid
+        recorded = self._recorded()
+        return recorded[0] if recorded else None
 
     def alive(self) -> bool:
         process = self.process
-        return process is not None and process.poll() is None
+        if process is not None:
+            return process.poll() is None
+        return self._recorded() is not None
 
     def reload(self, *, release_dir: Path) -> None:
         release_dir = Path(release_dir)
@@ -86,6 +115,10 @@ class ProcessActivator:
                 if not isinstance(log, int):
                     log.close()
             self.release_dir = release_dir
+            stat = process_stat(self.process.pid)
+            if self.pid_file is not None and stat is not None:
+                record = {"pid": self.process.pid, "start": stat[1], "release_dir": str(release_dir)}
+                file_replace_atomic(self.pid_file, json.dumps(record).encode())
 
     def stop(self) -> None:
         with self._guard:
@@ -93,17 +126,26 @@ class ProcessActivator:
 
     def _stop_locked(self) -> None:
         process, self.process = self.process, None
-        if process is None:
+        recorded = self._recorded() if process is None else None
+        if process is None and recorded is None:
             return
-        pgid = process.pid  # start_new_session: the leader's pid is the group id
+        pgid = process.pid if process is not None else recorded[0]  # start_new_session: leader pid = group id
         process_group_kill(pgid, signum=signal.SIGTERM)
-        try:
-            process.wait(timeout=self.stop_timeout_s)
-        except subprocess.TimeoutExpired:
-            pass
+        if process is not None:
+            try:
+                process.wait(timeout=self.stop_timeout_s)
+            except subprocess.TimeoutExpired:
+                pass
+        else:  # not our child: we cannot wait() for it, only watch it go
+            deadline = time.monotonic() + self.stop_timeout_s
+            while self._recorded() is not None and time.monotonic() < deadline:
+                time.sleep(0.02)
         # Children the agent spawned may ignore SIGTERM or outlive the leader: the group goes, not just the leader.
         process_group_kill(pgid, wait_s=self.stop_timeout_s)
-        process.wait()
+        if process is not None:
+            process.wait()
+        if self.pid_file is not None:
+            self.pid_file.unlink(missing_ok=True)
 
     def __enter__(self) -> ProcessActivator:
         return self

@@ -91,6 +91,17 @@ def command_env(extra: Mapping[str, str] | None) -> dict[str, str]:
     return env
 
 
+def process_stat(pid: int) -> tuple[str, int, int] | None:
+    """(state, start time in clock ticks since boot, process group) from /proc, or None if there is no such pid."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    # After the command name: state, ppid, pgrp, ... starttime is the 20th of these (field 22 of proc(5)).
+    return fields[0], int(fields[19]), int(fields[2])
+
+
 def process_group_alive(pgid: int) -> bool:
     """Any non-zombie process left in the group? Zombies do not count: where PID 1 never reaps (some container
     inits), killed helpers stay zombies forever and `killpg(pgid, 0)` keeps succeeding."""
@@ -105,15 +116,10 @@ def process_group_alive(pgid: int) -> bool:
     except OSError:
         return True
     for name in entries:
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as handle:
-                fields = handle.read().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):  # fields: state, ppid, pgrp, ...
-            return True
+        if name.isdigit():
+            stat = process_stat(int(name))
+            if stat is not None and stat[2] == pgid and stat[0] not in ("Z", "X"):
+                return True
     return False
 
 

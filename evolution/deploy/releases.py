@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
-import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -33,6 +32,7 @@ from evolution.deploy.state import (
     utc_now,
 )
 from evolution.errors import GitError
+from evolution.git import commit_export, repo_commit_resolve
 
 STAGING_PREFIX = ".staging-"
 COPY_IGNORE = shutil.ignore_patterns(".git", "__pycache__", "*.pyc")
@@ -45,26 +45,6 @@ def release_state_get(*, releases_root: Path | str) -> ReleaseState:
 def release_current_get(*, releases_root: Path | str) -> str | None:
     """The release `current` points at (the truth on disk; state.json's `active` follows it)."""
     return current_release_id(release_layout(releases_root))
-
-
-def _git_export(*, repo_path: Path, commit: str, dest: Path) -> None:
-    try:
-        from evolution.git import commit_export
-    except ImportError:  # evolution/git.py not merged yet: same contract, local call
-        commit_export = None
-    if commit_export is not None:
-        commit_export(repo_path=repo_path, commit=commit, dest=dest)
-        return
-    env = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
-    archive = subprocess.run(
-        ["git", "-C", str(repo_path), "archive", "--format=tar", commit], capture_output=True, env=env
-    )
-    if archive.returncode != 0:
-        raise GitError(f"git archive {commit} in {repo_path} failed: {archive.stderr.decode(errors='replace').strip()}")
-    dest.mkdir(parents=True, exist_ok=True)
-    untar = subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, capture_output=True)
-    if untar.returncode != 0:
-        raise GitError(f"unpacking {commit} into {dest} failed: {untar.stderr.decode(errors='replace').strip()}")
 
 
 def release_stage(
@@ -89,6 +69,11 @@ def release_stage(
     if source_dir is not None and not Path(source_dir).is_dir():
         raise DeployInvalid(f"Release source {source_dir} is not a directory.")
     source = str(Path(source_dir).absolute()) if source_dir is not None else str(Path(repo_path).absolute())
+    if repo_path is not None:
+        try:
+            commit = repo_commit_resolve(repo_path=Path(repo_path), ref=commit)
+        except GitError as exc:
+            raise StageFailed(f"Staging release {release_id}: {exc.message}") from exc
     with release_lock(layout.root):
         state = state_load(layout)
         if dest.exists():
@@ -106,7 +91,7 @@ def release_stage(
             if source_dir is not None:
                 shutil.copytree(source_dir, staging, symlinks=True, ignore=COPY_IGNORE)
             else:
-                _git_export(repo_path=Path(repo_path), commit=commit, dest=staging)
+                commit_export(repo_path=Path(repo_path), commit=commit, dest=staging)
             os.rename(staging, dest)
         except (OSError, shutil.Error, GitError) as exc:
             shutil.rmtree(staging, ignore_errors=True)

@@ -243,10 +243,12 @@ def test_stage_copies_a_tree_without_git_and_exports_a_commit(tmp_path, root):
     assert (exported / "app.py").read_text() == "VERSION = 1\n"
     assert not (exported / ".git").exists() and not (exported / "uncommitted.txt").exists()
     assert release_state_get(releases_root=root).releases["r2"].commit == first.stdout.strip()
+    release_stage(releases_root=root, release_id="r4", repo_path=repo, commit="HEAD")
+    assert release_state_get(releases_root=root).releases["r4"].commit == first.stdout.strip()  # resolved
 
     with pytest.raises(StageFailed, match="r3"):
         release_stage(releases_root=root, release_id="r3", repo_path=repo, commit="0" * 40)
-    assert sorted(p.name for p in (root / "releases").iterdir()) == ["r1", "r2"]  # no half-staged leftovers
+    assert sorted(p.name for p in (root / "releases").iterdir()) == ["r1", "r2", "r4"]  # no half-staged leftovers
 
 
 @pytest.mark.parametrize("release_id", ["", "../escape", ".hidden", "a/b", "x" * 129, "white space"])
@@ -629,6 +631,30 @@ def test_process_activator_restarts_from_the_release_and_kills_the_old_group(tmp
     assert not any(pid_running(pid) for pid in group)
     activator.stop()
     assert not activator.alive() and processes_with_cwd_under(tmp_path) == []
+
+
+def test_a_new_process_activator_adopts_the_recorded_agent(tmp_path, root, activators):
+    one = release_stage(releases_root=root, release_id="r1", source_dir=make_source(tmp_path, "r1"))
+    two = release_stage(releases_root=root, release_id="r2", source_dir=make_source(tmp_path, "r2"))
+    pid_file = root / "agent.pid"
+    first = activators(pid_file=pid_file)
+    first.reload(release_dir=one)
+    agent = first.pid
+    # The next task builds its own activator: it sees the running agent, probes it, and replaces it.
+    second = activators(pid_file=pid_file)
+    assert second.alive() and second.pid == agent and second.process is None
+    second.reload(release_dir=two)
+    first.process.wait(timeout=30)  # killed by the second activator; reap it
+    assert not pid_running(agent) and processes_with_cwd_under(one) == []
+    assert json.loads(pid_file.read_text())["pid"] == second.pid != agent
+    second.stop()
+    assert not pid_file.exists() and not second.alive()
+    # A recycled pid (same number, other start time) is never taken for the agent.
+    pid_file.write_text(json.dumps({"pid": os.getpid(), "start": 1}))
+    third = activators(pid_file=pid_file)
+    assert not third.alive() and third.pid is None
+    third.stop()  # and certainly not killed
+    assert pid_running(os.getpid())
 
 
 def test_process_activator_errors(tmp_path, root, activators):
