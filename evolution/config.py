@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from evolution.errors import EvolutionConfigInvalid
 
@@ -62,27 +62,23 @@ class TargetConfig(BaseModel):
             raise ValueError(f"unknown level(s) {unknown}; use {', '.join(LEVELS)}")
         return value
 
-    @model_validator(mode="after")
-    def _commands(self) -> TargetConfig:
-        problems = []
-        for name, allowed in PLACEHOLDERS.items():
-            template = getattr(self, name)
-            if not template:
-                continue
-            try:
-                used = _placeholders(template)
-                shlex.split(template)
-            except ValueError as exc:
-                problems.append(f"{name}: {exc}")
-                continue
-            if used - allowed:
-                problems.append(f"{name}: unknown placeholder(s) {sorted(used - allowed)}; allowed: {sorted(allowed)}")
-            missing = REQUIRED_PLACEHOLDERS.get(name, set()) - used
-            if missing:
-                problems.append(f"{name}: must contain {', '.join('{' + m + '}' for m in sorted(missing))}")
-        if problems:
-            raise ValueError("; ".join(problems))
-        return self
+    @field_validator(*PLACEHOLDERS)
+    @classmethod
+    def _command(cls, template: str, info) -> str:
+        if not template:
+            return template
+        allowed = PLACEHOLDERS[info.field_name]
+        try:
+            used = _placeholders(template)
+            shlex.split(template)
+        except ValueError as exc:
+            raise ValueError(f"cannot parse the command: {exc}") from exc
+        if used - allowed:
+            raise ValueError(f"unknown placeholder(s) {sorted(used - allowed)}; allowed: {sorted(allowed) or 'none'}")
+        missing = REQUIRED_PLACEHOLDERS.get(info.field_name, set()) - used
+        if missing:
+            raise ValueError(f"must contain {', '.join('{' + m + '}' for m in sorted(missing))}")
+        return template
 
 
 def _placeholders(template: str) -> set[str]:

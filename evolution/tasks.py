@@ -1,0 +1,33 @@
+"""Celery entrypoints of evolution: one thin task per stage (load by id, run the stage service) and the janitor."""
+
+from celery import shared_task
+from django.db import OperationalError
+
+STAGES = ("prepare", "baseline", "locate", "plan", "plan_review", "implement", "code_review", "check", "trials",
+          "verdict", "promote")
+
+
+def _stage_task(stage: str):
+    @shared_task(name=f"evolution.{stage}", bind=True, acks_late=True, reject_on_worker_lost=True,
+                 ignore_result=True, max_retries=3)
+    def run(self, job_id: int, iteration: int = 0, round: int = 0) -> str:  # noqa: A002
+        from evolution.services.stages import stage_execute
+
+        try:
+            return stage_execute(job_id=job_id, stage=stage, iteration=iteration, round=round)
+        except OperationalError as exc:  # the database blinked; the stage dropped its claim and runs again
+            raise self.retry(exc=exc, countdown=min(60, 5 * 2 ** self.request.retries)) from exc
+
+    run.__name__ = run.__qualname__ = f"evolution_{stage}"
+    return run
+
+
+STAGE_TASKS = {stage: _stage_task(stage) for stage in STAGES}
+globals().update({f"evolution_{stage}": task for stage, task in STAGE_TASKS.items()})
+
+
+@shared_task(name="evolution.janitor", ignore_result=True)
+def evolution_janitor() -> dict:
+    from evolution.services.janitor import janitor_run
+
+    return janitor_run()

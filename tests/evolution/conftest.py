@@ -1,0 +1,29 @@
+import pytest
+
+from evolution.services import evolution_target_add
+from tests.evolution.fixture_repo import TARGET_TASKS, fixture_repo_make
+from tests.evolution.support import failing_traces_ingest, insight_for_traces
+
+
+@pytest.fixture(autouse=True)
+def evolution_dir(tmp_path, settings):
+    settings.CLEAR_EVOLUTION_DIR = tmp_path / "evolution"
+    settings.CLEAR_EVOLUTION_MIN_SANDBOX = "subprocess"
+    return settings.CLEAR_EVOLUTION_DIR
+
+
+@pytest.fixture
+def router_remote(tmp_path):
+    """The fixture agent as a bare repository: the target's source and the remote PR branches go to."""
+    return fixture_repo_make(tmp_path / "repo")
+
+
+@pytest.fixture
+def router_target(project, router_remote):
+    return evolution_target_add(project=project, name="router", source=str(router_remote))
+
+
+@pytest.fixture
+def refund_insight(project):
+    traces = failing_traces_ingest(project=project, tasks=[(task, 7) for task in TARGET_TASKS])
+    return insight_for_traces(project=project, traces=traces, title="Refund requests are routed to billing")
