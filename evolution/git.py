@@ -66,11 +66,11 @@ def _env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 def _git(args: Sequence[str], *, cwd: Path | None = None, env: Mapping[str, str] | None = None,
-         ok_codes: Sequence[int] = (0,)) -> subprocess.CompletedProcess:
+         ok_codes: Sequence[int] = (0,), stdin: bytes | None = None) -> subprocess.CompletedProcess:
     argv = ["git", *_HARDENING, *args]
     try:
-        completed = subprocess.run(argv, cwd=cwd, env=_env(env), capture_output=True, timeout=GIT_TIMEOUT_S,
-                                   check=False)
+        completed = subprocess.run(argv, cwd=cwd, env=_env(env), input=stdin, capture_output=True,
+                                   timeout=GIT_TIMEOUT_S, check=False)
     except FileNotFoundError as exc:
         raise GitError("git is not installed on the worker (apt-get install git)") from exc
     except subprocess.TimeoutExpired as exc:
@@ -216,6 +216,15 @@ def worktree_reset(*, worktree_path: Path, commit: str) -> None:
     _wt(["clean", "-ffdxq"], worktree_path=worktree_path)
 
 
+def patch_apply(*, workdir: Path, patch: str) -> None:
+    """Apply a unified (or `--binary`) diff to the files under workdir, which need not be a git checkout."""
+    # GIT_DIR at an empty dir: paths stay relative to workdir even inside a repository, and no repo config is read.
+    with tempfile.TemporaryDirectory(prefix="clear-apply-") as empty:
+        env = {"GIT_DIR": empty, "GIT_WORK_TREE": str(Path(workdir).resolve())}
+        _git(["apply", "--whitespace=nowarn", "-"], cwd=Path(workdir), env=env,
+             stdin=patch.encode("utf-8", "surrogateescape"))
+
+
 def commit_diff(*, repo_path: Path, base: str, head: str) -> str:
     """`git diff --binary base head`: applies with `git apply` on a checkout of base."""
     completed = _repo(["diff", "--binary", "--no-color", "--no-ext-diff", "--no-textconv", base, head, "--"],
@@ -253,8 +262,8 @@ def commit_export(*, repo_path: Path, commit: str, dest: Path) -> None:
     sha = repo_commit_resolve(repo_path=repo_path, ref=commit)
     with tempfile.TemporaryFile() as archive:
         argv = ["git", *_HARDENING, "archive", "--format=tar", sha]
-        completed = subprocess.run(argv, cwd=repo_path, env=_env(_repo_env(repo_path)), stdout=archive, stderr=subprocess.PIPE,
-                                   timeout=GIT_TIMEOUT_S, check=False)
+        completed = subprocess.run(argv, cwd=repo_path, env=_env(_repo_env(repo_path)), stdout=archive,
+                                   stderr=subprocess.PIPE, timeout=GIT_TIMEOUT_S, check=False)
         if completed.returncode != 0:
             raise GitError(f"git archive {sha} failed in {repo_path}: {completed.stderr.decode(errors='replace')}")
         archive.seek(0)

@@ -208,7 +208,8 @@ def test_reset_returns_to_the_commit_and_removes_untracked_files(worktree):
 
 def test_diff_and_stats_between_commits(worktree, source, tmp_path):
     base = git(worktree, "rev-parse", "HEAD")
-    (worktree / "pkg" / "router.py").write_text("def route(x):\n    if x:\n        return 'refunds'\n    return 'billing'\n")
+    router = "def route(x):\n    if x:\n        return 'refunds'\n    return 'billing'\n"
+    (worktree / "pkg" / "router.py").write_text(router)
     (worktree / "pkg" / "new.py").write_text("A = 1\nB = 2\n")
     (worktree / "logo.bin").write_bytes(bytes(reversed(range(256))))
     (worktree / "README.md").unlink()
