@@ -27,8 +27,8 @@ EDITS_PROPERTY = {"type": "array", "items": EDIT_SCHEMA}
 EDIT_INSTRUCTIONS = """\
 Make your change as search/replace edits in the "edits" array of your reply. Each edit is
 {"path": "<file path relative to the repository root>", "search": "<exact text>", "replace": "<new text>"}:
-- "search" must be copied exactly (spaces, indentation, line breaks) from the file as shown, and must occur exactly
-  once in it; include enough surrounding lines to make it unique. No line numbers.
+- "search" must be copied exactly (spaces, indentation, line breaks) from the file as shown, and must occur
+  exactly once in it; include enough surrounding lines to make it unique. No line numbers.
 - Edits apply in order; a later edit of the same file sees the text the earlier ones produced.
 - To create a new file, give an empty "search" and the whole file as "replace".
 - Paths are relative, inside the repository, never absolute, never containing "..", never under .git.

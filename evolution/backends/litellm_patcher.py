@@ -1,0 +1,297 @@
+"""LiteLLMPatcherBackend ("litellm"): any LiteLLM model plays a role from the files the backend shows it.
+
+Read-only roles get the role prompt, the request and the relevant files (see litellm_context) and answer with the
+role's JSON. The implementer answers with the same JSON plus `edits` (search/replace, see litellm_edits); the backend
+validates every edit against the workdir and only then writes them all. An invalid reply (not JSON, schema errors,
+edits that do not apply) gets exactly one repair request carrying the problems; a second invalid reply fails the role
+with those problems in RoleResult.error and the workdir untouched.
+
+Config: model (required; a LiteLLM model string), api_base, api_key_env (the variable holding the key, read from the
+request's env, else the process env), temperature (0), max_tokens, max_retries (3: 429s and timeouts only),
+max_files (8), max_file_bytes (100 000), max_total_bytes (300 000), max_listing (400), max_edit_files (20).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import copy
+import importlib.metadata
+import json
+import os
+import random
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from diagnosis.judges.llm.client import (
+    BACKOFF_BASE_S, BACKOFF_MAX_S, RETRY_AFTER_MAX_S, _litellm, _parse, _retry_after, price_per_token, sleep,
+)
+from diagnosis.judges.llm.prompts import REPAIR_TEMPLATE
+from evolution.errors import BackendError
+
+from .base import Access, CodingBackend, Preflight, RoleRequest, RoleResult
+from .litellm_context import repo_context_build
+from .litellm_edits import EDIT_INSTRUCTIONS, EDITS_PROPERTY, edits_apply, edits_parse, edits_plan
+from .schemas import output_validate
+
+PREFLIGHT_TIMEOUT_S = 5.0
+EXIT_FAILED = 1
+EXIT_TIMED_OUT = 124
+_INT_KEYS = {"max_files": 8, "max_file_bytes": 100_000, "max_total_bytes": 300_000, "max_listing": 400,
+             "max_edit_files": 20, "max_retries": 3}
+
+
+class _Stopped(Exception):
+    def __init__(self, reason: str, *, timed_out: bool) -> None:
+        super().__init__(reason)
+        self.timed_out = timed_out
+
+
+class LiteLLMPatcherBackend(CodingBackend):
+    name = "litellm"
+
+    def __init__(self, *, config: Mapping[str, Any]) -> None:
+        super().__init__(config=config)
+        self.model = str(config.get("model") or "")
+        self.api_base = config.get("api_base") or None
+        self.api_key_env = config.get("api_key_env") or None
+        self.limits: dict[str, int] = {}
+        for key, default in _INT_KEYS.items():
+            value = config.get(key, default)
+            if isinstance(value, bool) or not isinstance(value, int) or value < (0 if key == "max_retries" else 1):
+                raise BackendError(f"litellm backend: config {key!r} must be a positive integer, got {value!r}")
+            self.limits[key] = value
+        self.temperature = config.get("temperature", 0.0)
+        if isinstance(self.temperature, bool) or not isinstance(self.temperature, int | float):
+            raise BackendError(f"litellm backend: config 'temperature' must be a number, got {self.temperature!r}")
+        self.max_tokens = config.get("max_tokens")
+        if self.max_tokens is not None and (not isinstance(self.max_tokens, int) or self.max_tokens < 1):
+            raise BackendError(f"litellm backend: config 'max_tokens' must be a positive integer, got "
+                               f"{self.max_tokens!r}")
+        self._cancelled = threading.Event()
+
+    # -- preflight ---------------------------------------------------------------------------------------------
+
+    def preflight(self) -> Preflight:
+        try:
+            version = f"litellm {importlib.metadata.version('litellm')}"
+        except importlib.metadata.PackageNotFoundError:
+            return Preflight(ok=False, error="litellm is not installed")
+        if not self.model:
+            return Preflight(ok=False, version=version, error="no model configured: set config 'model' to a "
+                             "LiteLLM model string such as 'openai/gpt-4o-mini' or 'ollama/llama3'")
+        version = f"{version}, model {self.model}"
+        if self.api_key_env and not _env_value(self.api_key_env, {}):
+            return Preflight(ok=False, version=version,
+                             error=f"the API key variable {self.api_key_env} (config api_key_env) is not set")
+        if not self.api_base:
+            try:
+                _litellm().get_llm_provider(self.model)
+            except Exception as error:  # noqa: BLE001 - preflight reports, never raises
+                return Preflight(ok=False, version=version, error=f"LiteLLM does not know the provider of "
+                                 f"{self.model!r}: {str(error)[:300]}")
+            return Preflight(ok=True, version=version)
+        try:
+            urllib.request.urlopen(self.api_base.rstrip("/") + "/models", timeout=PREFLIGHT_TIMEOUT_S).close()
+        except urllib.error.HTTPError:
+            pass  # any HTTP answer (401, 404, 501...) shows the server is up; only the transport matters here
+        except (urllib.error.URLError, OSError, ValueError) as error:
+            reason = getattr(error, "reason", error)
+            return Preflight(ok=False, version=version, error=f"the API base {self.api_base} does not answer: {reason}")
+        return Preflight(ok=True, version=version)
+
+    def cancel(self) -> None:
+        self._cancelled.set()
+
+    # -- one role ----------------------------------------------------------------------------------------------
+
+    def run_role(self, request: RoleRequest) -> RoleResult:
+        started = time.monotonic()
+        request.log_dir.mkdir(parents=True, exist_ok=True)
+        transcript = request.log_dir / f"{request.role}-i{request.iteration}-r{request.round}.litellm.jsonl"
+        run = _Run(backend=self, request=request, started=started, transcript=transcript)
+        try:
+            return run.execute()
+        except _Stopped as stop:
+            return run.result(exit_code=EXIT_TIMED_OUT if stop.timed_out else EXIT_FAILED, error=str(stop),
+                              timed_out=stop.timed_out)
+
+
+def _env_value(name: str, request_env: Mapping[str, str]) -> str:
+    return request_env.get(name) or os.environ.get(name, "")
+
+
+def _reply_schema(output_schema: dict, edit_mode: bool) -> dict:
+    if not edit_mode:
+        return output_schema
+    schema = copy.deepcopy(output_schema)
+    schema.setdefault("properties", {})["edits"] = EDITS_PROPERTY
+    schema["required"] = [*schema.get("required", []), "edits"]
+    return schema
+
+
+class _Run:
+    """State of one run_role call: the conversation, the usage totals and the transcript."""
+
+    def __init__(self, *, backend: LiteLLMPatcherBackend, request: RoleRequest, started: float,
+                 transcript: Path) -> None:
+        self.backend, self.request, self.started, self.transcript = backend, request, started, transcript
+        self.edit_mode = request.access == Access.READ_WRITE
+        self.schema = _reply_schema(request.output_schema, self.edit_mode)
+        self.tokens_in = self.tokens_out = 0
+        self.cost = 0.0
+        self.raw = ""
+        self.model = backend.model
+
+    def result(self, *, exit_code: int, error: str = "", output: dict | None = None,
+               timed_out: bool = False) -> RoleResult:
+        self._log({"event": "result", "exit_code": exit_code, "error": error, "output": output})
+        return RoleResult(exit_code=exit_code, timed_out=timed_out, output=output, raw_output=self.raw,
+                          transcript_path=self.transcript, tokens_in=self.tokens_in, tokens_out=self.tokens_out,
+                          cost_usd=self.cost, elapsed_s=round(time.monotonic() - self.started, 3), model=self.model,
+                          error=error)
+
+    def _log(self, entry: dict) -> None:
+        with self.transcript.open("a", encoding="utf-8") as stream:
+            stream.write(json.dumps(entry, ensure_ascii=False, default=str) + "\n")
+
+    def execute(self) -> RoleResult:
+        backend, request = self.backend, self.request
+        if not backend.model:
+            return self.result(exit_code=EXIT_FAILED, error="litellm backend: no model configured (config 'model')")
+        if backend.api_key_env and not _env_value(backend.api_key_env, request.env):
+            return self.result(exit_code=EXIT_FAILED, error=f"litellm backend: the API key variable "
+                               f"{backend.api_key_env} (config api_key_env) is not set")
+        messages = self._messages()
+        self._log({"event": "request", "role": str(request.role), "iteration": request.iteration,
+                   "round": request.round, "access": str(request.access), "messages": messages})
+        problems: list[str] = []
+        for attempt in (1, 2):
+            content = self._complete(messages)
+            self.raw = content
+            value, problems, writes = self._check(content)
+            self._log({"event": "reply", "attempt": attempt, "content": content, "problems": problems})
+            if not problems:
+                break
+            if attempt == 1:
+                messages = [*messages, {"role": "assistant", "content": content[:20000]},
+                            {"role": "user", "content": REPAIR_TEMPLATE.format(error="; ".join(problems)[:3000])}]
+        else:
+            return self.result(exit_code=EXIT_FAILED,
+                               error="rejected after one repair round: " + "; ".join(problems)[:2000])
+        output = {key: item for key, item in value.items() if key != "edits"}
+        if self.edit_mode:
+            try:
+                changed = edits_apply(writes=writes)
+            except OSError as error:
+                return self.result(exit_code=EXIT_FAILED, error=f"could not write the edits: {error}")
+            self._log({"event": "applied", "files": changed})
+        return self.result(exit_code=0, output=output)
+
+    def _messages(self) -> list[dict]:
+        request, limits = self.request, self.backend.limits
+        context = repo_context_build(
+            workdir=request.workdir, user_input=request.user_input, extra_ro_dirs=tuple(request.extra_ro_dirs),
+            max_files=limits["max_files"], max_file_bytes=limits["max_file_bytes"],
+            max_total_bytes=limits["max_total_bytes"], max_listing=limits["max_listing"],
+        )
+        reply = ("Reply with exactly one JSON object and nothing else (no prose, no code fence). It must satisfy "
+                 "this JSON schema:\n" + json.dumps(self.schema, indent=1, sort_keys=True))
+        access = (EDIT_INSTRUCTIONS if self.edit_mode else
+                  "You cannot run commands, open files or change anything: the files you may need are in the "
+                  "message. If one you need is not shown, say so in your reply.")
+        system = f"{request.system_prompt.rstrip()}\n\n{access}\n\n{reply}"
+        return [{"role": "system", "content": system},
+                {"role": "user", "content": f"{request.user_input.rstrip()}\n\n{context.render()}"}]
+
+    def _check(self, content: str) -> tuple[dict | None, list[str], list]:
+        value, parse_error = _parse(content)
+        if value is None:
+            return None, [parse_error], []
+        problems = output_validate(value=value, schema=self.schema)
+        if problems or not self.edit_mode:
+            return value, problems, []
+        edits, problems = edits_parse(value=value.get("edits"))
+        if problems:
+            return value, problems, []
+        limits = self.backend.limits
+        writes, problems = edits_plan(workdir=self.request.workdir, edits=edits,
+                                      max_file_bytes=limits["max_file_bytes"], max_files=limits["max_edit_files"])
+        return value, problems, writes
+
+    # -- the model call ----------------------------------------------------------------------------------------
+
+    def _remaining(self) -> float:
+        remaining = self.request.timeout_s - (time.monotonic() - self.started)
+        if remaining <= 0:
+            raise _Stopped(f"timed out after {self.request.timeout_s:g} s", timed_out=True)
+        if self.backend._cancelled.is_set():
+            raise _Stopped("cancelled", timed_out=False)
+        return remaining
+
+    def _complete(self, messages: list[dict]) -> str:
+        """One completion (429s and timeouts retried), run in a thread so that cancel() and the deadline cut it."""
+        litellm = _litellm()
+        attempt = 0
+        while True:
+            attempt += 1
+            remaining = self._remaining()
+            try:
+                response = self._wait(lambda: self._call(messages, remaining), remaining)
+            except (litellm.RateLimitError, litellm.Timeout) as error:
+                if attempt > self.backend.limits["max_retries"]:
+                    raise _Stopped(f"model call failed: {type(error).__name__}: {str(error)[:500]}",
+                                   timed_out=isinstance(error, litellm.Timeout)) from error
+                wait = _retry_after(error)
+                if wait is None:
+                    wait = min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2 ** (attempt - 1)) * (0.5 + random.random() / 2)
+                sleep(min(wait, RETRY_AFTER_MAX_S, self._remaining()))
+                continue
+            except _Stopped:
+                raise
+            except Exception as error:  # noqa: BLE001 - a provider error fails the role with its message
+                raise _Stopped(f"model call failed: {type(error).__name__}: {str(error)[:500]}",
+                               timed_out=False) from error
+            self._account(response, messages)
+            return response.choices[0].message.content or ""
+
+    def _wait(self, call, remaining: float):
+        pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+        future = pool.submit(call)
+        pool.shutdown(wait=False)  # an abandoned call finishes (and is dropped) in the background
+        deadline = time.monotonic() + remaining
+        while True:
+            try:
+                return future.result(timeout=0.2)
+            except concurrent.futures.TimeoutError:
+                if self.backend._cancelled.is_set():
+                    raise _Stopped("cancelled", timed_out=False) from None
+                if time.monotonic() >= deadline:
+                    raise _Stopped(f"timed out after {self.request.timeout_s:g} s", timed_out=True) from None
+
+    def _call(self, messages: list[dict], remaining: float):
+        backend = self.backend
+        api_key = _env_value(backend.api_key_env, self.request.env) if backend.api_key_env else None
+        extra = {"max_tokens": backend.max_tokens} if backend.max_tokens else {}
+        return _litellm().completion(
+            model=backend.model, messages=messages, api_base=backend.api_base, api_key=api_key,
+            response_format={"type": "json_object"}, temperature=backend.temperature, timeout=remaining,
+            num_retries=0, max_retries=0, drop_params=True, **extra,
+        )
+
+    def _account(self, response, messages: list[dict]) -> None:
+        usage = getattr(response, "usage", None)
+        tokens_in = int(getattr(usage, "prompt_tokens", 0) or 0)
+        tokens_out = int(getattr(usage, "completion_tokens", 0) or 0)
+        self.tokens_in += tokens_in
+        self.tokens_out += tokens_out
+        self.model = getattr(response, "model", None) or self.model
+        cost = (getattr(response, "_hidden_params", None) or {}).get("response_cost")
+        if cost is None:
+            price = price_per_token(self.backend.model, None)
+            cost = tokens_in * price[0] + tokens_out * price[1] if price else 0.0
+        self.cost += float(cost)
