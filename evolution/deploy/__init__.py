@@ -9,6 +9,7 @@ from evolution.deploy.commands import (
     sandbox_command_runner,
     subprocess_command_runner,
 )
+from evolution.deploy.config import HotSwapConfig, HotSwapPlan, hot_swap_config_validate
 from evolution.deploy.errors import (
     ActivatorError,
     DeployBusy,
@@ -67,10 +68,10 @@ from evolution.deploy.state import (
 __all__ = [
     "Activator", "ActivatorError", "CommandOutcome", "CommandProbe", "CommandRunner", "DeployBusy", "DeployError",
     "DeployInvalid", "DeployStateCorrupt", "HealthPolicy", "HealthReport", "HealthRound", "HeartbeatFileProbe",
-    "HttpProbe", "KubernetesActivator", "PendingPromotion", "Probe", "ProbeReport", "ProbeResult",
+    "HotSwapConfig", "HotSwapPlan", "HttpProbe", "KubernetesActivator", "PendingPromotion", "Probe", "ProbeReport", "ProbeResult",
     "ProcessActivator", "ProcessAliveProbe", "PromotionOutcome", "PromotionReason", "PromotionResult",
     "ReleaseExists", "ReleaseInfo", "ReleaseLayout", "ReleaseNotFound", "ReleaseState", "StageFailed",
-    "SwapRecord", "SystemdActivator", "command_argv", "health_watch", "hot_swap_promote", "hot_swap_recover",
+    "SwapRecord", "SystemdActivator", "command_argv", "health_watch", "hot_swap_config_validate", "hot_swap_promote", "hot_swap_recover",
     "hot_swap_rollback", "probes_run", "release_current_get", "release_gc", "release_layout", "release_lock",
     "release_mark_healthy", "release_mark_unhealthy", "release_preflight", "release_promotion_begin",
     "release_promotion_end", "release_rollback", "release_stage", "release_state_get", "release_swap",

@@ -38,6 +38,7 @@ from evolution.deploy import (
     StageFailed,
     SystemdActivator,
     health_watch,
+    hot_swap_config_validate,
     hot_swap_promote,
     hot_swap_recover,
     hot_swap_rollback,
@@ -850,3 +851,56 @@ def test_promote_checks_its_arguments(tmp_path, root):
                               activator=activator, probes=[health_probe(root)])
     assert result.outcome == PromotionOutcome.FAILED and result.reason == PromotionReason.STAGE_FAILED
     assert activator.reloads == [] and "Staging release r1" in result.detail
+
+
+# --- the target config's hot_swap section ----------------------------------------------------------------------
+
+
+def test_hot_swap_config_builds_the_plan_and_promotes(tmp_path, root, clock, activators):
+    config = hot_swap_config_validate({
+        "activator": {"kind": "process", "command": "python agent.py", "env": {"HEARTBEAT": str(root / "beat")}},
+        "preflight_commands": ["python -c 'import agent_is_a_script'"],
+        "health": {"interval_s": 1, "window_s": 10, "passes_required": 2},
+        "keep_releases": 3,
+    })
+    plan = config.build(releases_root=root, health_command="python health.py")
+    assert isinstance(plan.activator, ProcessActivator) and plan.activator.pid_file == root / "agent.pid"
+    assert [type(p) for p in plan.probes] == [CommandProbe, ProcessAliveProbe]
+    assert plan.probes[0].cwd == root / "current" and plan.probes[1].target is plan.activator
+    failed_preflight = promote(root, "r1", make_source(tmp_path, "r1"), **plan.promote_kwargs(), clock=clock)
+    assert failed_preflight.reason == PromotionReason.PREFLIGHT_FAILED  # no such module
+    kwargs = {**plan.promote_kwargs(), "preflight_commands": ["python -c 'import health'"]}
+    result = promote(root, "r2", make_source(tmp_path, "r2"), **kwargs, clock=clock)
+    assert result.outcome == PromotionOutcome.PROMOTED and len(result.health.rounds) == 2
+    plan.activator.stop()
+
+    explicit = hot_swap_config_validate({
+        "activator": {"kind": "systemd", "unit": "desk.service", "user": True},
+        "probes": [{"kind": "http", "url": "http://127.0.0.1:9/health"}, {"kind": "heartbeat", "path": "beat"},
+                   {"kind": "command", "command": "python health.py", "timeout_s": 3}],
+    }).build(releases_root=root, health_command="ignored when probes are given", runner=FakeRunner())
+    assert isinstance(explicit.activator, SystemdActivator) and explicit.activator.user
+    assert [type(p) for p in explicit.probes] == [HttpProbe, HeartbeatFileProbe, CommandProbe]
+    assert explicit.probes[1].path == root / "beat" and explicit.probes[2].timeout_s == 3
+
+
+def test_hot_swap_config_names_every_bad_field():
+    with pytest.raises(DeployInvalid) as caught:
+        hot_swap_config_validate({
+            "activator": {"kind": "kubernetes", "deployment": "desk", "container": "agent", "image": "desk:latest"},
+            "probes": [{"kind": "http", "url": "localhost/health"}, {"kind": "ping"}],
+            "health": {"interval_s": 50},
+            "preflight_commands": ["python -c 'unclosed"],
+            "surprise": True,
+        })
+    fields = caught.value.extra["fields"]
+    assert "{release_id}" in fields["hot_swap.activator.kubernetes.image"]
+    assert "http://" in fields["hot_swap.probes.0.http.url"]
+    assert "ping" in fields["hot_swap.probes.1"]
+    assert "cannot fit" in fields["hot_swap.health"]
+    assert "No closing quotation" in fields["hot_swap.preflight_commands"]
+    assert "hot_swap.surprise" in fields
+    with pytest.raises(DeployInvalid, match="one word"):
+        hot_swap_config_validate({"activator": {"kind": "systemd", "unit": "two words"}})
+    with pytest.raises(DeployInvalid, match="JSON object"):
+        hot_swap_config_validate(["activator"])
