@@ -78,3 +78,17 @@ class RubricForm(forms.Form):
         if not isinstance(value, dict):
             raise forms.ValidationError('The config must be a JSON object, e.g. {"pattern": "refund"}.')
         return value
+
+
+class IssueTrackerForm(forms.Form):
+    """The tracker connection. The token field is write-only: it is never filled in from the stored connection,
+    and left empty it keeps the stored token."""
+
+    base_url = forms.CharField(max_length=500, initial="https://api.github.com", label="API base URL",
+                               help_text="https://api.github.com, https://github.example.com/api/v3 (Enterprise) or "
+                                         "https://gitea.example.com/api/v1")
+    repository = forms.CharField(max_length=300, label="Repository", help_text="owner/name")
+    token = forms.CharField(max_length=500, required=False, label="Token",
+                            widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "off"}),
+                            help_text="a token that may read and write the repository's issues")
+    enabled = forms.BooleanField(required=False, initial=True, label="Push tickets automatically when they change")

@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from frontend import views, views_insights, views_runs, views_settings, views_traces
+from frontend import views, views_insights, views_runs, views_settings, views_tracker, views_traces
 
 app_name = "frontend"
 
@@ -25,6 +25,7 @@ urlpatterns = [
     path("p/<slug:slug>/tickets/", views_insights.ticket_list_view, name="tickets"),
     path("p/<slug:slug>/tickets/export/", views_insights.ticket_export, name="tickets-export"),
     path("p/<slug:slug>/tickets/<int:ticket_id>/status/", views_insights.ticket_status, name="ticket-status"),
+    path("p/<slug:slug>/tickets/push/", views_tracker.tickets_push_view, name="tickets-push"),
     path("p/<slug:slug>/runs/", views_runs.run_list, name="runs"),
     path("p/<slug:slug>/runs/new/", views_runs.run_new, name="run-new"),
     path("p/<slug:slug>/runs/<uuid:run_id>/", views_runs.run_detail, name="run"),
@@ -40,4 +41,7 @@ urlpatterns = [
     path("p/<slug:slug>/settings/rubrics/<int:rubric_id>/delete/", views_settings.rubric_remove,
          name="rubric-delete"),
     path("p/<slug:slug>/settings/judge/", views_settings.judge_model, name="judge-model"),
+    path("p/<slug:slug>/settings/issue-tracker/", views_tracker.issue_tracker, name="issue-tracker"),
+    path("p/<slug:slug>/settings/issue-tracker/disconnect/", views_tracker.issue_tracker_remove,
+         name="issue-tracker-disconnect"),
 ]

@@ -19,7 +19,7 @@ from diagnosis.models import Insight
 from diagnosis.selectors import insight_evidence_list, insight_get, insight_links, insight_list, insight_trend
 from diagnosis.services.insights_review import insight_confirm, insight_reject, insight_status_set
 from diagnosis.tickets.export import CONTENT_TYPES, OUTPUTS, tickets_export
-from diagnosis.tickets.models import Ticket
+from diagnosis.tickets.models import IssueTrackerConnection, Ticket
 from diagnosis.tickets.selectors import STATUS_FILTERS, ticket_for_insight, ticket_get, ticket_list
 from diagnosis.tickets.services import ticket_status_set
 from frontend import queries
@@ -154,6 +154,7 @@ def ticket_list_view(request: HttpRequest, slug: str) -> HttpResponse:
         "status_filters": [(s, s.replace("_", " ")) for s in STATUS_FILTERS],
         "statuses": Ticket.Status.choices, "outputs": OUTPUTS,
         "has_any": bool(page.items) or ticket_list(project=project).exists(),
+        "tracker": IssueTrackerConnection.objects.filter(project=project).first(),
     }
     return render(request, "frontend/tickets.html", context)
 

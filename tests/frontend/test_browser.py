@@ -128,6 +128,9 @@ def test_walk_through_every_page(live_server, page, project, owner, settings, ax
     page.click("nav[aria-label=Settings] >> text=Judge model")
     page.wait_for_selector("[data-testid=judge-config]")
     check("ui-judge-model")
+    page.click("nav[aria-label=Settings] >> text=Issue tracker")
+    page.wait_for_selector("[data-testid=tracker-form]")
+    check("ui-issue-tracker")
     assert not errors, errors
     assert seeded.run.status == "succeeded"
     check.assert_clean()

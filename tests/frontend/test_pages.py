@@ -33,7 +33,7 @@ def _pages(seeded) -> list[str]:
         f"{base}/runs/", f"{base}/runs/new/", f"{base}/runs/{seeded.run.pk}/",
         f"{base}/runs/{seeded.run.pk}/status.json",
         f"{base}/settings/api-keys/", f"{base}/settings/rubrics/", f"{base}/settings/rubrics/{rubric.pk}/",
-        f"{base}/settings/judge/",
+        f"{base}/settings/judge/", f"{base}/settings/issue-tracker/",
     ]
 
 
