@@ -904,3 +904,36 @@ def test_hot_swap_config_names_every_bad_field():
         hot_swap_config_validate({"activator": {"kind": "systemd", "unit": "two words"}})
     with pytest.raises(DeployInvalid, match="JSON object"):
         hot_swap_config_validate(["activator"])
+
+
+# --- the example agent as a hot-swap target ---------------------------------------------------------------------
+
+
+def test_support_desk_release_that_breaks_its_health_command_is_rolled_back(tmp_path, root, clock, activators):
+    from examples.support_desk.target_repo import EVOLUTION_CONFIG, target_repo_make
+
+    repo = tmp_path / "desk"
+    good = target_repo_make(dest=repo)
+    package_init = repo / "support_desk" / "__init__.py"
+    package_init.write_text(package_init.read_text() + "\nraise RuntimeError('release 2 cannot start')\n")
+    env = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.com"]
+    subprocess.run([*git, "commit", "-q", "-am", "release 2"], check=True, env=env)
+    bad = subprocess.run([*git, "rev-parse", "HEAD"], check=True, env=env, capture_output=True, text=True).stdout
+
+    plan = hot_swap_config_validate({
+        "activator": {"kind": "process", "command": "python -c 'import support_desk, time\nwhile True: time.sleep(1)'"},
+        "health": {"window_s": 20},  # 5 failing rounds are as telling as 19, and each runs the canary task
+    }).build(releases_root=root, health_command=EVOLUTION_CONFIG["health_command"])
+    try:
+        first = hot_swap_promote(releases_root=root, release_id=f"desk-{good[:12]}", repo_path=repo, commit=good,
+                                 sleep=clock.sleep, clock=clock.monotonic, **plan.promote_kwargs())
+        assert first.outcome == PromotionOutcome.PROMOTED, first.detail
+        second = hot_swap_promote(releases_root=root, release_id=f"desk-{bad.strip()[:12]}", repo_path=repo,
+                                  commit=bad.strip(), sleep=clock.sleep, clock=clock.monotonic,
+                                  **plan.promote_kwargs())
+    finally:
+        plan.activator.stop()
+    assert second.outcome == PromotionOutcome.ROLLED_BACK and second.reason == PromotionReason.HEALTH_FAILED
+    assert "release 2 cannot start" in second.health.rounds[0].report.results[0].detail
+    assert release_current_get(releases_root=root) == f"desk-{good[:12]}" and second.rollback_health.healthy
