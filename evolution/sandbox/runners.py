@@ -28,15 +28,18 @@ def _interpreter_dirs() -> list[Path]:
 def _server_secret_paths() -> list[Path]:
     """Files and directories of the server a candidate must not read even though the root is visible read-only.
 
-    The var dir holds the secret key, credentials and other jobs' worktrees; `*_FILE` variables name secret files
-    (Docker-secrets style) wherever they live.
+    The var dir holds the secret key and credentials, the evolution dir the mirrors, pinned graders and other jobs;
+    `*_FILE` variables name secret files (Docker-secrets style) wherever they live. What a run needs from there
+    (its workdir, rw_paths, ro_paths) is bound back on top.
     """
     paths: list[Path] = []
     try:
         from django.conf import settings
 
         paths.append(Path(settings.VAR_DIR))
-    except Exception:  # noqa: BLE001 - without configured settings there is no var dir to hide
+        if getattr(settings, "CLEAR_EVOLUTION_DIR", None):
+            paths.append(Path(settings.CLEAR_EVOLUTION_DIR))
+    except Exception:  # noqa: BLE001 - without configured settings there is nothing of Django's to hide
         pass
     for name, value in os.environ.items():
         if name.endswith("_FILE") and value.startswith("/"):
@@ -79,24 +82,29 @@ class BwrapRunner:
     ) -> list[str]:
         # The environment goes through --args, so the values are not on a command line `ps` shows.
         argv = [self.bwrap, "--args", str(args_fd)]
-        argv += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", SANDBOX_TMP]
+        argv += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
         hidden = self.hidden_paths if self.hidden_paths is not None else _server_secret_paths()
-        for path in hidden:
-            if path.is_dir():
-                argv += ["--tmpfs", str(path)]
-            else:
-                argv += ["--ro-bind", "/dev/null", str(path)]
-        # After the tmpfs mounts, which would otherwise hide whatever of these lives under /tmp or a hidden dir.
+        # Mounts go shallow to deep, so the deeper path decides: a workdir inside the hidden var dir is bound back
+        # on top of it, a hidden dir inside the workdir stays hidden, the venv inside a workdir stays read-only.
+        # At equal depth a bind beats a hiding mount (the workdir is always reachable).
+        mounts: list[tuple[Path, int, list[str]]] = [(Path(SANDBOX_TMP), 0, ["--tmpfs", SANDBOX_TMP])]
+        for path in map(Path, hidden):
+            path = path.resolve()
+            mounts.append((path, 0, ["--tmpfs", str(path)] if path.is_dir() else ["--ro-bind", "/dev/null", str(path)]))
         for path in _interpreter_dirs() + [Path(p) for p in ro_paths]:
-            argv += ["--ro-bind", str(path), str(path)]
+            path = path.resolve()
+            mounts.append((path, 1, ["--ro-bind", str(path), str(path)]))
         for path in [Path(workdir), *(Path(p) for p in rw_paths)]:
-            argv += ["--bind", str(path), str(path)]
+            path = path.resolve()
+            mounts.append((path, 1, ["--bind", str(path), str(path)]))
+        for _, _, mount in sorted(mounts, key=lambda item: (len(item[0].parts), item[1])):
+            argv += mount
         argv += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
         if not network:
             argv.append("--unshare-net")
         if os.geteuid() == 0:
             argv += ["--cap-drop", "ALL"]
-        argv += ["--die-with-parent", "--new-session", "--chdir", str(workdir), "--"]
+        argv += ["--die-with-parent", "--new-session", "--chdir", str(Path(workdir).resolve()), "--"]
         return argv + list(cmd)
 
     def run(

@@ -206,6 +206,7 @@ def test_bwrap_hides_the_server_processes_and_secret_files(bwrap, tmp_path, sett
     (var_dir / "jobs" / "1" / "wt").mkdir(parents=True)
     (var_dir / "secret_key").write_text(SECRET)
     settings.VAR_DIR = var_dir
+    settings.CLEAR_EVOLUTION_DIR = var_dir / "evolution"
     key_file = tmp_path / "keys" / "db_password"
     key_file.parent.mkdir()
     key_file.write_text(SECRET)
@@ -221,6 +222,23 @@ def test_bwrap_hides_the_server_processes_and_secret_files(bwrap, tmp_path, sett
     # Without isolation the same snooping finds the secret, so the check above can fail.
     exposed = SubprocessRunner().run(cmd=cmd, workdir=workdir)
     assert exposed.stdout.startswith("FOUND"), exposed.stdout
+
+
+def test_bwrap_keeps_a_hidden_dir_hidden_inside_the_workdir(bwrap, tmp_path, settings):
+    # The deeper mount decides: a server dir under the workdir stays hidden (and unwritable) though the workdir is rw.
+    workdir = tmp_path / "site"
+    var_dir = workdir / "var"
+    var_dir.mkdir(parents=True)
+    (var_dir / "secret_key").write_text(SECRET)
+    settings.VAR_DIR = var_dir
+    settings.CLEAR_EVOLUTION_DIR = var_dir / "evolution"
+
+    cmd = [*_python(SNOOP), SECRET, str(var_dir / "secret_key")]
+    assert bwrap.run(cmd=cmd, workdir=workdir).stdout.startswith("CLEAN")
+    result = bwrap.run(cmd=_python("open('var/planted', 'w').write('x'); open('ok', 'w').write('x')"), workdir=workdir)
+    assert result.exit_code == 0, result.stderr
+    assert (workdir / "ok").exists()
+    assert not (var_dir / "planted").exists()  # it went to a throwaway tmpfs
 
 
 def test_wall_time_limit_kills_the_run(runner, workdir):
