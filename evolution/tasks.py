@@ -8,8 +8,6 @@ STAGES = ("prepare", "baseline", "locate", "plan", "plan_review", "implement", "
 
 
 def _stage_task(stage: str):
-    @shared_task(name=f"evolution.{stage}", bind=True, acks_late=True, reject_on_worker_lost=True,
-                 ignore_result=True, max_retries=3)
     def run(self, job_id: int, iteration: int = 0, round: int = 0) -> str:  # noqa: A002
         from evolution.services.stages import stage_execute
 
@@ -19,7 +17,8 @@ def _stage_task(stage: str):
             raise self.retry(exc=exc, countdown=min(60, 5 * 2 ** self.request.retries)) from exc
 
     run.__name__ = run.__qualname__ = f"evolution_{stage}"
-    return run
+    return shared_task(name=f"evolution.{stage}", bind=True, acks_late=True, reject_on_worker_lost=True,
+                       ignore_result=True, max_retries=3)(run)
 
 
 STAGE_TASKS = {stage: _stage_task(stage) for stage in STAGES}

@@ -1,0 +1,202 @@
+"""The end-to-end scenarios of evolution.md §7.14 (all but the health check, which is part 2): the scripted backend,
+the fixture router repository, the sandbox, eager Celery with the chain sent on commit."""
+
+import hashlib
+import json
+import subprocess
+
+import pytest
+
+from evolution.models import Artifact, AuditEvent, Iteration, StageRun, TaskSpec, TrialRun
+from evolution.services import evolution_job_consent, evolution_job_start
+from evolution.services.workspace import artifact_read, job_paths
+from tests.evolution.fixture_repo import (
+    FIXED_BRANCH, PARTIAL_BRANCH, REGRESSING_BRANCH, REGRESSION_TASKS, TARGET_TASKS, replace_edit,
+)
+from tests.evolution.support import (
+    APPROVE_CODE, DONE, LOCATOR_OUTPUT, PLAN_OUTPUT, happy_entries, prompts, script_write,
+)
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def run_job(project, owner, router_target, refund_insight, tmp_path, django_capture_on_commit_callbacks):
+    def run(entries, *, depth="standard", policy=None, defaults=None):
+        script = script_write(tmp_path / "script.json", entries, defaults)
+        with django_capture_on_commit_callbacks(execute=True):
+            job = evolution_job_start(project=project, target=router_target, insight=refund_insight,
+                                      backend_name="scripted", backend_config={"script_path": str(script)},
+                                      depth=depth, created_by=owner, policy_overrides=policy)
+        job.refresh_from_db()
+        return job
+
+    return run
+
+
+def _path(job):
+    return [e.to_state for e in AuditEvent.objects.filter(job=job).exclude(to_state="").order_by("pk")
+            if e.event not in ("created",)]
+
+
+def _branches(remote):
+    out = subprocess.run(["git", "--git-dir", str(remote), "for-each-ref", "--format=%(refname:short)",
+                          "refs/heads/"], capture_output=True, text=True, check=True).stdout
+    return out.split()
+
+
+def test_happy_path_to_a_pull_request_branch(run_job, owner, router_remote, django_capture_on_commit_callbacks):
+    job = run_job(happy_entries(replace_edit(FIXED_BRANCH)), policy={"trials": 2})
+    assert job.state == "AWAITING_CONSENT", (job.terminal_reason, job.error)
+    assert _path(job) == ["PREPARING", "BASELINE", "LOCATING", "PLANNING", "PLAN_REVIEW", "IMPLEMENTING",
+                          "CODE_REVIEW", "CHECKING", "TRIALS", "VERDICT", "AWAITING_CONSENT"]
+    tasks = {t.task_id: t for t in TaskSpec.objects.filter(job=job)}
+    assert {k for k, t in tasks.items() if t.kind == "target"} == set(TARGET_TASKS)
+    assert {k for k, t in tasks.items() if t.kind == "regression"} == set(REGRESSION_TASKS)
+    assert all(tasks[t].seed == 7 and tasks[t].reproduces for t in TARGET_TASKS)
+    best = job.best_iteration
+    assert best.n == 1 and best.verdict == "PROMOTE_ELIGIBLE" and best.score == 1.0
+    # Paired arms: the same tasks, trial indexes and seeds on both sides; every run records its isolation.
+    runs = TrialRun.objects.filter(job=job)
+    base = {(r.task_id, r.trial_n, r.seed) for r in runs.filter(arm="baseline")}
+    cand = {(r.task_id, r.trial_n, r.seed) for r in runs.filter(arm="candidate")}
+    assert base == cand and len(base) == 6 * 2
+    assert {r.isolation_level for r in runs} == {job.sandbox_level}
+    assert not any(r.passed for r in runs.filter(arm="baseline", task__kind="target"))
+    assert all(r.passed for r in runs.filter(arm="candidate"))
+    verdict = best.verdict_record
+    assert verdict.grader_commit == job.base_commit and all(rule["passed"] for rule in verdict.rules)
+    patch = artifact_read(artifact=Artifact.objects.get(job=job, kind="patch")).decode()
+    assert '+        return "refunds"' in patch and "grading" not in patch
+    assert StageRun.objects.get(job=job, stage="locate").tree_hash_before == \
+        StageRun.objects.get(job=job, stage="locate").tree_hash_after != ""
+
+    with django_capture_on_commit_callbacks(execute=True):
+        evolution_job_consent(job=job, user=owner, patch_sha256=best.patch_sha256)
+    job.refresh_from_db()
+    assert job.state == "PR_OPENED", (job.terminal_reason, job.error)
+    assert job.consent_by == owner and job.consent_patch_sha256 == best.patch_sha256
+    branch = f"evo/{job.pk}/1"
+    assert job.pr_branch == branch and branch in _branches(router_remote)
+    tip = subprocess.run(["git", "--git-dir", str(router_remote), "rev-parse", branch], capture_output=True,
+                         text=True, check=True).stdout.strip()
+    assert tip == best.candidate_commit
+    assert not job_paths(job_id=job.pk).worktree.exists()  # the job's worktree is gone once it ended
+
+
+def test_consent_with_a_stale_patch_hash_is_refused(run_job, owner):
+    job = run_job(happy_entries(replace_edit(FIXED_BRANCH)), policy={"trials": 1})
+    with pytest.raises(Exception, match="not the candidate's"):
+        evolution_job_consent(job=job, user=owner, patch_sha256="0" * 64)
+    job.refresh_from_db()
+    assert job.state == "AWAITING_CONSENT"
+
+
+def _entries_with(role, *replacements, base=None):
+    """The happy script with `role`'s entries replaced by the given ones."""
+    entries = [e for e in (base or happy_entries(replace_edit(FIXED_BRANCH))) if e["role"] != role]
+    return entries + list(replacements)
+
+
+def test_plan_loop_passes_the_reviewers_feedback_to_the_next_round(run_job):
+    reject = {"verdict": "REJECT_COMPLETENESS", "issues": [{"severity": "important", "dimension": "completeness",
+              "detail": "The plan ignores the 'money back' phrasing", "required_change": "cover MONEY-BACK-7731"}]}
+    entries = _entries_with(
+        "plan_reviewer",
+        {"role": "plan_reviewer", "iteration": 1, "round": 0, "output": reject},
+        {"role": "plan_reviewer", "iteration": 1, "round": 1, "output": {"verdict": "APPROVE", "issues": []}},
+    )
+    job = run_job(entries, policy={"trials": 1})
+    assert job.state == "AWAITING_CONSENT", (job.terminal_reason, job.error)
+    planner = [p for p in prompts(job) if p["role"] == "planner"]
+    assert [p["round"] for p in planner] == [0, 1]
+    assert "MONEY-BACK-7731" not in planner[0]["user_input"]
+    assert "MONEY-BACK-7731" in planner[1]["user_input"] and "rejected the previous plan" in planner[1]["user_input"]
+    names = set(Artifact.objects.filter(job=job, kind__in=["plan", "plan_review"]).values_list("name", flat=True))
+    assert names == {"plan-0.json", "plan-1.json", "plan_review-0.json", "plan_review-1.json"}
+    outcomes = list(StageRun.objects.filter(job=job, stage="plan_review").order_by("round")
+                    .values_list("round", "outcome"))
+    assert outcomes == [(0, "REJECT_COMPLETENESS"), (1, "APPROVE")]
+
+
+def test_code_loop_resets_the_worktree_between_rounds(run_job):
+    bad = {"role": "implementer", "iteration": 1, "round": 0, "output": DONE,
+           "edits": [replace_edit(FIXED_BRANCH), {"path": "router/retry.py", "write": "while True:\n    pass\n"}]}
+    good = {"role": "implementer", "iteration": 1, "round": 1, "output": DONE, "edits": [replace_edit(FIXED_BRANCH)]}
+    # The reviewer says APPROVE but lists a critical issue: the orchestrator re-derives the verdict from the issues.
+    review0 = {"verdict": "APPROVE", "issues": [{"severity": "critical", "dimension": "side_effects",
+                                                "file": "router/retry.py", "line": 1, "detail": "unbounded loop"}]}
+    entries = _entries_with("code_reviewer",
+                            {"role": "code_reviewer", "iteration": 1, "round": 0, "output": review0},
+                            {"role": "code_reviewer", "iteration": 1, "round": 1, "output": APPROVE_CODE},
+                            base=_entries_with("implementer", bad, good))
+    job = run_job(entries, policy={"trials": 1})
+    assert job.state == "AWAITING_CONSENT", (job.terminal_reason, job.error)
+    patches = {a.name: artifact_read(artifact=a).decode() for a in Artifact.objects.filter(job=job, kind="patch")}
+    assert "router/retry.py" in patches["patch-0.diff"]
+    best = job.best_iteration
+    assert "router/retry.py" not in patches["patch-1.diff"] and '+        return "refunds"' in patches["patch-1.diff"]
+    assert best.patch_sha256 == hashlib.sha256(patches["patch-1.diff"].encode()).hexdigest()
+    implementer = [p for p in prompts(job) if p["role"] == "implementer"]
+    assert "unbounded loop" in implementer[1]["user_input"]
+    assert list(StageRun.objects.filter(job=job, stage="code_review").order_by("round")
+                .values_list("outcome", flat=True)) == ["REJECT", "APPROVE"]
+
+
+def test_a_fix_that_breaks_a_regression_task_is_rejected(run_job, router_remote):
+    job = run_job(happy_entries(replace_edit(REGRESSING_BRANCH)), policy={"trials": 2})
+    assert (job.state, job.terminal_reason) == ("REJECTED", "regression"), job.error
+    it = Iteration.objects.get(job=job, n=1)
+    assert it.verdict == "REJECT_REGRESSION" and it.score is None
+    failed = {r["name"]: r for r in it.verdict_record.rules if not r["passed"]}
+    assert "where-is-order" in failed["G2_per_task"]["detail"] and failed["G2_no_flips"]["value"] == ["where-is-order"]
+    assert "G1_target_delta" not in failed  # the targets were fixed: it is the regression that rejects
+    assert [b for b in _branches(router_remote) if b.startswith("evo/")] == []
+
+
+def test_no_improvement_over_two_iterations_keeps_the_best_candidate(run_job):
+    noop = {"path": "router/agent.py", "replace": {"old": '"""Routes a support message to a queue."""',
+                                                   "new": '"""Routes a support message to a queue (v2)."""'}}
+    entries = happy_entries(replace_edit(PARTIAL_BRANCH), iteration=1) + happy_entries(noop, iteration=2)
+    job = run_job(entries, policy={"trials": 1, "max_iterations": 2})
+    assert (job.state, job.terminal_reason) == ("NO_IMPROVEMENT", "budget_exhausted"), job.error
+    first, second = Iteration.objects.filter(job=job).order_by("n")
+    assert first.verdict == "NEED_MORE_WORK" and round(first.score, 3) == 0.333
+    assert second.verdict == "NO_IMPROVEMENT" and second.score == 0.0
+    assert job.best_iteration == first  # by score, not the most recent
+    # The cascade: iteration 2 did not improve the targets, so its regressions never ran.
+    assert not TrialRun.objects.filter(iteration=second, task__kind="regression").exists()
+    assert TrialRun.objects.filter(iteration=first, task__kind="regression").count() == 3
+    locator = [p for p in prompts(job) if p["role"] == "locator"]
+    assert "NEED_MORE_WORK" in locator[1]["user_input"]  # the next Locator hears how iteration 1 went
+
+
+def test_a_denied_path_edit_fails_the_gates_and_never_reaches_trials(run_job):
+    sneaky = {"role": "implementer", "iteration": "*", "round": "*", "output": DONE,
+              "edits": [replace_edit(FIXED_BRANCH),
+                        {"path": "grading/grade.py", "write": "print('{\"score\": 1, \"passed\": true}')\n"}]}
+    job = run_job(_entries_with("implementer", sneaky), depth="shallow", policy={"max_iterations": 1})
+    assert (job.state, job.terminal_reason) == ("REJECTED", "gates_failed"), job.error
+    assert not TrialRun.objects.filter(job=job, arm="candidate").exists()
+    report = artifact_read(artifact=Artifact.objects.get(job=job, kind="gate_report"))
+    gates = {g["name"]: g for g in json.loads(report)}
+    assert gates["paths"]["passed"] is False and gates["paths"]["offending"] == ["grading/grade.py"]
+    assert "tests" not in gates  # no install/test run once a static gate failed
+
+
+def test_a_read_only_role_that_writes_fails_the_job(run_job):
+    entries = _entries_with("planner", {"role": "planner", "iteration": "*", "round": "*", "output": PLAN_OUTPUT,
+                                        "violate_readonly": True})
+    job = run_job(entries, policy={"trials": 1})
+    assert (job.state, job.terminal_reason) == ("FAILED", "role_violated_readonly")
+    stage = StageRun.objects.get(job=job, stage="plan")
+    assert stage.outcome == "ROLE_VIOLATED_READONLY" and stage.tree_hash_before != stage.tree_hash_after
+    assert not StageRun.objects.filter(job=job, stage="plan_review").exists()
+
+
+def test_a_backend_crash_fails_the_job_with_the_reason(run_job):
+    entries = _entries_with("locator", {"role": "locator", "iteration": "*", "round": "*", "crash": True,
+                                        "output": LOCATOR_OUTPUT})
+    job = run_job(entries, policy={"trials": 1})
+    assert (job.state, job.terminal_reason) == ("FAILED", "backend_failed")
+    assert "crashed on purpose" in job.error
