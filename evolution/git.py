@@ -140,14 +140,18 @@ def _source_arg(source: str) -> str:
 def repo_mirror_sync(*, source: str, mirror_path: Path) -> None:
     """A bare mirror of `source` (a local path or a git URL): cloned the first time, fetched with prune later."""
     mirror_path = Path(mirror_path)
+    source_arg = _source_arg(source)
+    # A local source owned by another user (the worker often runs as its own uid) is trusted: an admin named it.
+    trust = ["-c", f"safe.directory={source_arg}"] if source_arg.startswith("/") else []
     with _mirror_lock(mirror_path):
         if (mirror_path / "HEAD").is_file():
-            _git(["fetch", "--prune", "--quiet", "origin"], cwd=mirror_path)
+            _git(["remote", "set-url", "origin", source_arg], cwd=mirror_path)  # the target's source may have moved
+            _git([*trust, "fetch", "--prune", "--quiet", "origin"], cwd=mirror_path)
             return
         if mirror_path.exists() and any(mirror_path.iterdir()):
             raise GitError(f"{mirror_path} exists but is not a git mirror; remove it or pick another path")
         mirror_path.parent.mkdir(parents=True, exist_ok=True)
-        _git(["clone", "--mirror", "--quiet", "--", _source_arg(source), str(mirror_path)])
+        _git([*trust, "clone", "--mirror", "--quiet", "--", source_arg, str(mirror_path)])
 
 
 def repo_commit_resolve(*, repo_path: Path, ref: str) -> str:

@@ -84,6 +84,16 @@ def test_mirror_is_cloned_once_then_fetched_with_prune(source, tmp_path):
         repo_commit_resolve(repo_path=mirror, ref="feature")
 
 
+def test_mirror_follows_a_source_that_moved(source, mirror, tmp_path):
+    moved = tmp_path / "moved"
+    source.rename(moved)
+    (moved / "later.py").write_text("x = 2\n")
+    git(moved, "add", "-A")
+    git(moved, "commit", "-q", "-m", "after the move")
+    repo_mirror_sync(source=str(moved), mirror_path=mirror)
+    assert repo_commit_resolve(repo_path=mirror, ref="main") == git(moved, "rev-parse", "HEAD")
+
+
 def test_mirror_of_a_missing_source_fails_with_gits_message(tmp_path):
     with pytest.raises(GitError, match="clone"):
         repo_mirror_sync(source=str(tmp_path / "nowhere"), mirror_path=tmp_path / "m.git")
