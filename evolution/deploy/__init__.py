@@ -46,7 +46,7 @@ from evolution.deploy.releases import (
     release_current_get,
     release_gc,
     release_mark_healthy,
-    release_mark_unhealthy,
+    release_mark_status,
     release_preflight,
     release_promotion_begin,
     release_promotion_end,
@@ -73,7 +73,7 @@ __all__ = [
     "PromotionResult", "ReleaseExists", "ReleaseInfo", "ReleaseLayout", "ReleaseNotFound", "ReleaseState",
     "StageFailed", "SwapRecord", "SystemdActivator", "command_argv", "health_watch", "hot_swap_config_validate",
     "hot_swap_promote", "hot_swap_recover", "hot_swap_rollback", "probes_run", "release_current_get", "release_gc",
-    "release_layout", "release_lock", "release_mark_healthy", "release_mark_unhealthy", "release_preflight",
+    "release_layout", "release_lock", "release_mark_healthy", "release_mark_status", "release_preflight",
     "release_promotion_begin", "release_promotion_end", "release_rollback", "release_stage", "release_state_get",
     "release_swap", "sandbox_command_runner", "subprocess_command_runner",
 ]

@@ -23,8 +23,7 @@ from evolution.deploy.health import HealthReport, Probe, ProbeReport, health_par
 from evolution.deploy.releases import (
     release_gc,
     release_mark_healthy,
-    release_mark_preflight_failed,
-    release_mark_unhealthy,
+    release_mark_status,
     release_preflight,
     release_promotion_begin,
     release_promotion_end,
@@ -133,7 +132,7 @@ def _restore(
         release_promotion_end(releases_root=releases_root)
         return PromotionResult(outcome=PromotionOutcome.ROLLED_BACK, reason=kind_reason,
                                detail=f"{reason}; back on {to_release}, which is healthy again", **common)
-    release_mark_unhealthy(releases_root=releases_root, release_id=to_release)
+    release_mark_status(releases_root=releases_root, release_id=to_release, status="unhealthy")
     release_promotion_end(releases_root=releases_root)
     why = f"reload failed: {reload_error}" if health is None else health.summary()
     return PromotionResult(
@@ -205,7 +204,7 @@ def hot_swap_promote(
         preflight = release_preflight(release_dir=release_dir, commands=preflight_commands, runner=preflight_runner,
                                       timeout_s=preflight_timeout_s, env=preflight_env)
         if not preflight.ok:
-            release_mark_preflight_failed(releases_root=root, release_id=release_id)
+            release_mark_status(releases_root=root, release_id=release_id, status="preflight_failed")
             return PromotionResult(
                 outcome=PromotionOutcome.FAILED, reason=PromotionReason.PREFLIGHT_FAILED,
                 detail=f"preflight failed, nothing swapped: {preflight.summary()}", release_id=release_id,
@@ -225,7 +224,7 @@ def hot_swap_promote(
                 preflight=preflight, health=health, swaps=tuple(swaps), removed_releases=_gc(root, keep_releases),
             )
 
-        release_mark_unhealthy(releases_root=root, release_id=release_id)
+        release_mark_status(releases_root=root, release_id=release_id, status="unhealthy")
         if health is None:
             failure, why = PromotionReason.RELOAD_FAILED, f"reload of {release_id} failed: {reload_error}"
         elif health.reason == "cancelled":
@@ -266,7 +265,7 @@ def hot_swap_recover(
         pending = state_load(layout).pending
         if pending is None:
             return None
-        release_mark_unhealthy(releases_root=layout.root, release_id=pending.release_id)
+        release_mark_status(releases_root=layout.root, release_id=pending.release_id, status="unhealthy")
         why = f"the promotion of {pending.release_id} started {pending.started_at} never finished"
         if pending.rollback_to is None:
             release_promotion_end(releases_root=layout.root)

@@ -193,21 +193,16 @@ def release_mark_healthy(*, releases_root: Path | str, release_id: str) -> Relea
         return state
 
 
-def release_mark_unhealthy(*, releases_root: Path | str, release_id: str) -> ReleaseState:
+def release_mark_status(*, releases_root: Path | str, release_id: str, status: str) -> ReleaseState:
+    """Record a verdict that does not vouch for the release ("unhealthy", "preflight_failed"): last-good stays."""
+    if status not in ("unhealthy", "preflight_failed"):
+        raise DeployInvalid(f"Status {status!r} is not a failure status; use release_mark_healthy for a good release.")
     layout = release_layout(releases_root)
     with release_lock(layout.root):
         state = state_load(layout)
-        _mark(state, release_id, status="unhealthy")
+        _mark(state, release_id, status=status)
         state_save(layout, state)
         return state
-
-
-def release_mark_preflight_failed(*, releases_root: Path | str, release_id: str) -> None:
-    layout = release_layout(releases_root)
-    with release_lock(layout.root):
-        state = state_load(layout)
-        _mark(state, release_id, status="preflight_failed")
-        state_save(layout, state)
 
 
 def release_promotion_begin(*, releases_root: Path | str, release_id: str, reason: str = "") -> PendingPromotion:
