@@ -1,4 +1,8 @@
+import logging
+
 from celery import shared_task
+
+logger = logging.getLogger(__name__)
 
 
 @shared_task(name="traces.finalize_trace", acks_late=True, reject_on_worker_lost=True, ignore_result=True)
@@ -6,6 +10,23 @@ def finalize_trace(trace_pk: str) -> None:
     from traces.services import trace_finalize
 
     trace_finalize(trace_pk=int(trace_pk))
+
+
+@shared_task(name="traces.finalize_traces", acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+def finalize_traces(trace_pks: list[str]) -> None:
+    """What the outbox sends: the traces of one dispatch round in one message (finalize_trace takes the
+    messages of older releases still queued)."""
+    from traces.services import trace_finalize
+
+    failures = []
+    for trace_pk in trace_pks:
+        try:
+            trace_finalize(trace_pk=int(trace_pk))
+        except Exception as exc:  # noqa: BLE001 - one trace's failure must not hold back the others of the round
+            logger.exception("finalize_traces: trace %s failed", trace_pk)
+            failures.append(exc)
+    if failures:
+        raise failures[0]
 
 
 @shared_task(name="traces.outbox_sweep", ignore_result=True)

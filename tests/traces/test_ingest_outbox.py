@@ -1,3 +1,5 @@
+import ast
+import json
 import shutil
 import subprocess
 import time
@@ -10,7 +12,7 @@ from clear.celery import app as celery_app
 from tests.conftest import free_port
 from tests.support.worker import point_at_broker
 from tests.traces.otlp_helpers import agent_run_spans, to_protobuf
-from traces.models import OutboxItem, Span
+from traces.models import OutboxItem, Span, Trace
 from traces.services import outbox_dispatch
 
 
@@ -76,4 +78,10 @@ def test_ingestion_succeeds_with_redis_down_and_the_outbox_drains_later(issued_k
     private_broker.start()
     assert outbox_dispatch(ready_only=False) == 2
     assert not OutboxItem.objects.filter(dispatched_at__isnull=True).exists()
-    assert redis.Redis(port=private_broker.port).llen("celery") == 2
+    # One message carries both traces (the outbox sends one per dispatch round, not one per trace).
+    messages = redis.Redis(port=private_broker.port).lrange("celery", 0, -1)
+    assert len(messages) == 1
+    headers = json.loads(messages[0])["headers"]
+    assert headers["task"] == "traces.finalize_traces"
+    assert sorted(ast.literal_eval(headers["argsrepr"])[0]) == sorted(
+        str(pk) for pk in Trace.objects.filter(project=project).values_list("pk", flat=True))

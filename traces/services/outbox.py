@@ -22,6 +22,7 @@ TRACE_FINALIZE = "trace.finalize"
 # Batches of one trace arrive close together; waiting a moment lets one finalisation cover them all.
 FINALIZE_DELAY = timedelta(seconds=2)
 _SWEEP_LIMIT = 500
+_KEYS_PER_MESSAGE = 200
 # After a broker failure, requests stop trying to dispatch for a while (the sweeper keeps trying): connecting to a
 # dead broker costs seconds of client retries, which must not be added to every ingestion request.
 _BROKER_BACKOFF_SECONDS = 30.0
@@ -33,9 +34,9 @@ _last_dispatch = 0.0
 
 
 def _task_for(topic: str):
-    from traces.tasks import finalize_trace
+    from traces.tasks import finalize_traces
 
-    return {TRACE_FINALIZE: finalize_trace}[topic]
+    return {TRACE_FINALIZE: finalize_traces}[topic]
 
 
 def outbox_enqueue(*, topic: str, keys: list[str], delay: timedelta = FINALIZE_DELAY) -> None:
@@ -57,16 +58,18 @@ def _dispatch_after_commit(*, limit: int) -> None:
     outbox_dispatch(limit=max(limit, _SWEEP_LIMIT), ready_only=False)
 
 
-def _send(item: OutboxItem, producer) -> None:
-    task = _task_for(item.topic)
-    countdown = max(0.0, (item.available_at - timezone.now()).total_seconds())
-    # retry=False: with the broker down, fail at once and leave the row for the sweeper instead of blocking the request.
-    task.apply_async(args=[item.key], countdown=countdown, retry=False, producer=producer)
+def _send(topic: str, items: list[OutboxItem], producer) -> None:
+    """One message for many keys: publishing costs ~0.3 ms of CPU in the web process (and some in Redis) per
+    message, so one per trace per batch was a fifth of an ingestion request."""
+    task = _task_for(topic)
+    countdown = max(0.0, max((item.available_at - timezone.now()).total_seconds() for item in items))
+    # retry=False: with the broker down, fail at once and leave the rows for the sweeper instead of blocking.
+    task.apply_async(args=[[item.key for item in items]], countdown=countdown, retry=False, producer=producer)
 
 
 def outbox_dispatch(*, limit: int = _SWEEP_LIMIT, ready_only: bool = True) -> int:
-    """Send pending items to Celery; returns how many were sent. Safe to run from several processes."""
-    sent = 0
+    """Send pending items to Celery (one message per topic and _KEYS_PER_MESSAGE keys); returns how many items
+    were sent. Safe to run from several processes."""
     with transaction.atomic():
         pending = OutboxItem.objects.filter(dispatched_at__isnull=True)
         if ready_only:
@@ -74,22 +77,31 @@ def outbox_dispatch(*, limit: int = _SWEEP_LIMIT, ready_only: bool = True) -> in
         items = list(pending.order_by("available_at").select_for_update(skip_locked=True)[:limit])
         if not items:
             return 0
-        sent_ids = []
+        by_topic: dict[str, list[OutboxItem]] = {}
+        for item in items:
+            by_topic.setdefault(item.topic, []).append(item)
+        chunks = [chunk[i:i + _KEYS_PER_MESSAGE] for chunk in by_topic.values()
+                  for i in range(0, len(chunk), _KEYS_PER_MESSAGE)]
+        sent_ids, sent_chunks = [], 0
         try:
             with celery_app.producer_or_acquire() as producer:
-                for item in items:
-                    _send(item, producer)
-                    sent_ids.append(item.pk)
+                for chunk in chunks:
+                    _send(chunk[0].topic, chunk, producer)
+                    sent_ids += [item.pk for item in chunk]
+                    sent_chunks += 1
         except Exception as exc:  # noqa: BLE001 - any broker failure means "try again later"
             _broker_down()
-            failed = items[len(sent_ids)]
-            OutboxItem.objects.filter(pk=failed.pk).update(attempts=F("attempts") + 1, last_error=str(exc)[:2000])
-            logger.warning("outbox: broker unavailable, %s stays pending: %s", failed.topic, exc)
-        OutboxItem.objects.filter(pk__in=sent_ids).update(dispatched_at=timezone.now(), attempts=F("attempts") + 1)
-        sent = len(sent_ids)
-    if sent:
+            failed = chunks[sent_chunks]
+            OutboxItem.objects.filter(pk__in=[item.pk for item in failed]).update(
+                attempts=F("attempts") + 1, last_error=str(exc)[:2000])
+            logger.warning("outbox: broker unavailable, %d %s items stay pending: %s", len(items) - len(sent_ids),
+                           failed[0].topic, exc)
+        if sent_ids:
+            OutboxItem.objects.filter(pk__in=sent_ids).update(dispatched_at=timezone.now(),
+                                                              attempts=F("attempts") + 1)
+    if sent_ids:
         _broker_up()
-    return sent
+    return len(sent_ids)
 
 
 def _broker_down() -> None:
