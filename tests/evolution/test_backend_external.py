@@ -8,6 +8,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
@@ -224,6 +225,15 @@ def test_timeout_kills_the_cli(fake_bin, repo, tmp_path):
     assert result.timed_out and result.exit_code != 0 and "timed out after 1 s" in result.error
 
 
+def test_cancel_stops_the_cli(fake_bin, repo, tmp_path):
+    backend = backend_get(name="external", config={"template": "claude", "sandbox_level": "subprocess"})
+    timer = threading.Timer(0.5, backend.cancel)
+    timer.start()
+    result = backend.run_role(_request(repo, tmp_path, user_input="SLEEP please", timeout_s=60.0))
+    timer.join()
+    assert result.error == "cancelled" and result.exit_code != 0 and not result.timed_out
+
+
 def test_preflight_reports_version_and_a_missing_cli_without_raising(fake_bin, monkeypatch, tmp_path):
     ok = backend_get(name="external", config={"template": "claude"}).preflight()
     assert ok.ok and ok.version == "9.9.9 (Claude Code)" and ok.error == ""
@@ -335,3 +345,55 @@ def test_long_prompts_go_by_file_instead_of_argv(tmp_path):
 ])
 def test_json_output_extract(text, expected):
     assert json_output_extract(textwrap.dedent(text)) == expected
+
+
+# -- a whole job through the orchestrator ----------------------------------------------------------------------
+
+# A `claude` that plays every role: it tells them apart by the system prompt and, as the implementer, fixes the
+# router in its cwd.
+FAKE_CLAUDE_ROLES = """\
+import json, pathlib, sys
+OUTPUTS, BUGGY, FIXED = json.loads({payload!r})
+args = sys.argv[1:]
+if args == ["--version"]:
+    print("9.9.9 (Claude Code)")
+    sys.exit(0)
+system = args[args.index("--append-system-prompt") + 1]
+role = next(name for name in OUTPUTS if system.startswith("You are the " + name + "."))
+if role == "Implementer":
+    target = pathlib.Path("router/agent.py")
+    target.write_text(target.read_text().replace(BUGGY, FIXED))
+text = "Done.\\n```json\\n" + json.dumps(OUTPUTS[role]) + "\\n```"
+print(json.dumps({{"type": "result", "is_error": False, "result": text, "session_id": "s-" + role,
+                  "total_cost_usd": 0.01, "usage": {{"input_tokens": 10, "output_tokens": 5}}}}))
+"""
+
+
+@pytest.mark.django_db
+def test_a_job_with_the_external_backend_reaches_a_verdict(tmp_path, monkeypatch, project, owner, router_target,
+                                                           refund_insight, django_capture_on_commit_callbacks):
+    from evolution.models import Artifact, StageRun
+    from evolution.services import evolution_job_start
+    from evolution.services.workspace import artifact_read
+    from tests.evolution.fixture_repo import BUGGY_BRANCH, FIXED_BRANCH
+    from tests.evolution.support import APPROVE_CODE, APPROVE_PLAN, DONE, LOCATOR_OUTPUT, PLAN_OUTPUT
+
+    outputs = {"Locator": LOCATOR_OUTPUT, "Planner": PLAN_OUTPUT, "Plan Reviewer": APPROVE_PLAN,
+               "Code Reviewer": APPROVE_CODE, "Implementer": DONE}
+    payload = json.dumps([outputs, BUGGY_BRANCH, FIXED_BRANCH])
+    directory = tmp_path / "bin"
+    _script(directory, "claude", FAKE_CLAUDE_ROLES.format(payload=payload))
+    monkeypatch.setenv("PATH", f"{directory}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+    with django_capture_on_commit_callbacks(execute=True):
+        job = evolution_job_start(project=project, target=router_target, insight=refund_insight,
+                                  backend_name="external", backend_config={"template": "claude"},
+                                  created_by=owner, policy_overrides={"trials": 2})
+    job.refresh_from_db()
+
+    assert job.state == "AWAITING_CONSENT", (job.terminal_reason, job.error)
+    assert job.best_iteration.verdict == "PROMOTE_ELIGIBLE"
+    patch = artifact_read(artifact=Artifact.objects.get(job=job, kind="patch")).decode()
+    assert '+        return "refunds"' in patch
+    locate = StageRun.objects.get(job=job, stage="locate")
+    assert locate.tree_hash_before == locate.tree_hash_after != ""

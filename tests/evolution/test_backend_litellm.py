@@ -5,6 +5,7 @@ timeouts, preflight."""
 import json
 import os
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -209,6 +210,18 @@ def test_provider_errors_and_timeouts(fake_llm, repo, tmp_path, monkeypatch):
     assert (repo / "pkg" / "calc.py").read_text() == CALC
 
 
+def test_cancel_returns_without_waiting_for_the_model(fake_llm, repo, tmp_path, monkeypatch):
+    backend = _configured(fake_llm, monkeypatch)
+    fake_llm.script(lambda request: time.sleep(3) or _reply([
+        {"path": "pkg/calc.py", "search": "def add(a, b):\n    return a - b", "replace": "x"}]))
+    timer = threading.Timer(0.3, backend.cancel)
+    timer.start()
+    result = backend.run_role(_request(repo, tmp_path))
+    timer.join()
+    assert result.error == "cancelled" and result.exit_code != 0 and not result.timed_out
+    assert (repo / "pkg" / "calc.py").read_text() == CALC
+
+
 def test_preflight_never_raises(fake_llm, monkeypatch):
     assert not LiteLLMPatcherBackend(config={}).preflight().ok
     assert "no model configured" in LiteLLMPatcherBackend(config={}).preflight().error
@@ -232,3 +245,44 @@ def test_preflight_never_raises(fake_llm, monkeypatch):
 def test_bad_config_is_refused(config, message):
     with pytest.raises(BackendError, match=message):
         LiteLLMPatcherBackend(config={"model": "openai/m", **config})
+
+
+# -- a whole job through the orchestrator ----------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_a_job_with_the_litellm_backend_reaches_a_verdict(fake_llm, monkeypatch, project, owner, router_target,
+                                                          refund_insight, django_capture_on_commit_callbacks):
+    from evolution.models import Artifact, Iteration
+    from evolution.services import evolution_job_start
+    from evolution.services.workspace import artifact_read
+    from tests.evolution.fixture_repo import BUGGY_BRANCH, FIXED_BRANCH
+    from tests.evolution.support import APPROVE_CODE, APPROVE_PLAN, DONE, LOCATOR_OUTPUT, PLAN_OUTPUT
+
+    outputs = {"Locator": LOCATOR_OUTPUT, "Planner": PLAN_OUTPUT, "Plan Reviewer": APPROVE_PLAN,
+               "Code Reviewer": APPROVE_CODE,
+               "Implementer": {**DONE, "edits": [{"path": "router/agent.py", "search": BUGGY_BRANCH,
+                                                  "replace": FIXED_BRANCH}]}}
+
+    def answer(request):
+        system = request["messages"][0]["content"]
+        role = next(name for name in outputs if system.startswith(f"You are the {name}."))
+        return json.dumps(outputs[role])
+
+    fake_llm.script(default=answer)
+    monkeypatch.setenv("FAKE_LLM_KEY", "sk-fake")
+    config = {"model": "openai/gpt-4o-mini", "api_base": fake_llm.api_base, "api_key_env": "FAKE_LLM_KEY"}
+    with django_capture_on_commit_callbacks(execute=True):
+        job = evolution_job_start(project=project, target=router_target, insight=refund_insight,
+                                  backend_name="litellm", backend_config=config, created_by=owner,
+                                  policy_overrides={"trials": 2})
+    job.refresh_from_db()
+
+    assert job.state == "AWAITING_CONSENT", (job.terminal_reason, job.error)
+    best = job.best_iteration
+    assert best.verdict == "PROMOTE_ELIGIBLE" and best.score == 1.0
+    patch = artifact_read(artifact=Artifact.objects.get(job=job, kind="patch")).decode()
+    assert '+    if "refund" in text or "money back" in text:' in patch and '+        return "refunds"' in patch
+    implementer = [r for r in fake_llm.requests if r["messages"][0]["content"].startswith("You are the Implementer")]
+    assert "----- BEGIN FILE router/agent.py -----" in implementer[0]["messages"][1]["content"]
+    assert Iteration.objects.filter(job=job).count() == 1
