@@ -401,6 +401,82 @@ def test_state_survives_a_promoter_killed_mid_window_and_recovery_rolls_back(tmp
     assert hot_swap_recover(releases_root=root, activator=activator, probes=[health_probe(root)]) is None
 
 
+class SimulatedCrash(BaseException):
+    """Not an Exception: nothing in the library may catch it, as nothing survives a SIGKILL."""
+
+
+def _crash_after(real):
+    def wrapper(*args, **kwargs):
+        real(*args, **kwargs)
+        raise SimulatedCrash(real.__name__)
+
+    return wrapper
+
+
+def _crash_instead(real):
+    def wrapper(*args, **kwargs):
+        raise SimulatedCrash(real.__name__)
+
+    return wrapper
+
+
+CRASH_POINTS = {
+    # module attribute patched -> how; the promotion of r2 dies there
+    "before the swap": ("evolution.deploy.promote.release_swap", _crash_instead),
+    "between symlink and state.json": ("evolution.deploy.releases.symlink_replace_atomic", _crash_after),
+    "in the reload": ("evolution.deploy.promote._reload_and_watch", _crash_instead),
+    "before the healthy mark": ("evolution.deploy.promote.release_mark_healthy", _crash_instead),
+    "in the swap back": ("evolution.deploy.promote.release_rollback", _crash_after),
+}
+
+
+@pytest.mark.parametrize("point, broken", [
+    *[(point, False) for point in CRASH_POINTS if point != "in the swap back"],  # a healthy r2 is never swapped back
+    *[(point, True) for point in CRASH_POINTS if point != "before the healthy mark"],  # a broken one never marked
+])
+def test_a_crash_between_any_two_steps_keeps_last_good_and_recovers(tmp_path, root, clock, monkeypatch, point,
+                                                                      broken):
+    activator = RecordingActivator()
+    probes = [health_probe(root)]
+    assert promote(root, "r1", make_source(tmp_path, "r1"), activator, probes, clock).outcome == "promoted"
+    target, how = CRASH_POINTS[point]
+    module_name, attribute = target.rsplit(".", 1)
+    module = sys.modules[module_name]
+    monkeypatch.setattr(module, attribute, how(getattr(module, attribute)))
+    with pytest.raises(SimulatedCrash):
+        promote(root, "r2", make_source(tmp_path, "r2", broken=broken), activator, probes, clock)
+    monkeypatch.undo()
+
+    state = release_state_get(releases_root=root)
+    assert state.last_good == "r1"
+    if state.pending is not None:
+        assert state.pending.release_id == "r2" and state.pending.rollback_to == "r1"
+        recovered = hot_swap_recover(releases_root=root, activator=activator, probes=probes, sleep=clock.sleep,
+                                     clock=clock.monotonic)
+        assert recovered.outcome == PromotionOutcome.ROLLED_BACK
+    assert release_current_get(releases_root=root) == "r1"
+    state = release_state_get(releases_root=root)
+    assert state.pending is None and state.last_good == "r1" and state.active == "r1"
+
+
+def test_promoting_the_same_release_again_after_a_crash_keeps_the_recorded_fallback(tmp_path, root, clock,
+                                                                                   monkeypatch):
+    activator = RecordingActivator()
+    probes = [health_probe(root)]
+    assert promote(root, "r1", make_source(tmp_path, "r1"), activator, probes, clock).outcome == "promoted"
+    import evolution.deploy.promote as promote_module
+
+    monkeypatch.setattr(promote_module, "_reload_and_watch", _crash_instead(promote_module._reload_and_watch))
+    source = make_source(tmp_path, "r2", broken=True)
+    with pytest.raises(SimulatedCrash):
+        promote(root, "r2", source, activator, probes, clock)
+    monkeypatch.undo()
+    assert release_current_get(releases_root=root) == "r2"  # swapped before the crash
+    retried = promote(root, "r2", source, activator, probes, clock)  # the task is retried
+    assert retried.outcome == PromotionOutcome.ROLLED_BACK and retried.rollback_to == "r1"
+    assert release_current_get(releases_root=root) == "r1"
+
+
 def test_lock_keeps_a_second_deployer_out(tmp_path, root):
     release_stage(releases_root=root, release_id="r1", source_dir=make_source(tmp_path, "v1"))
     holding, release = threading.Event(), threading.Event()
