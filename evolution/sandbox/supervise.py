@@ -110,13 +110,21 @@ def process_supervise(
     for stream in (proc.stdout, proc.stderr):
         os.set_blocking(stream.fileno(), False)
         selector.register(stream.fileno(), selectors.EVENT_READ)
+    # A pidfd turns readable when the process exits, so the loop wakes then instead of at the next poll.
+    try:
+        pidfd: int | None = os.pidfd_open(proc.pid)
+        selector.register(pidfd, selectors.EVENT_READ)
+    except (AttributeError, OSError):
+        pidfd = None
     deadline = started + limits.wall_s
     timed_out = cancelled = exited = False
     term_sent_at: float | None = None
-    exited_at = 0.0
+    exited_at = next_stop_poll = 0.0
     try:
         while True:
             for key, _ in selector.select(POLL_S):
+                if key.fd == pidfd:
+                    continue
                 try:
                     chunk = os.read(key.fd, READ_CHUNK)
                 except BlockingIOError:
@@ -128,6 +136,8 @@ def process_supervise(
             now = time.monotonic()
             if not exited and _exited(proc.pid):
                 exited, exited_at = True, now
+                if pidfd is not None:
+                    selector.unregister(pidfd)
                 _killpg(proc.pid, signal.SIGKILL)  # leftovers: daemons and sleepers it started
             if exited:
                 if not selector.get_map() or now - exited_at > DRAIN_GRACE_S:
@@ -136,8 +146,10 @@ def process_supervise(
             if term_sent_at is None:
                 if now >= deadline:
                     timed_out = True
-                elif should_stop is not None and should_stop():
-                    cancelled = True
+                elif should_stop is not None and now >= next_stop_poll:
+                    # Throttled: a chatty process wakes the loop per chunk, and should_stop may query the database.
+                    next_stop_poll = now + POLL_S
+                    cancelled = bool(should_stop())
                 if timed_out or cancelled:
                     term_sent_at = now
                     _killpg(proc.pid, signal.SIGTERM)
@@ -153,6 +165,8 @@ def process_supervise(
         _killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         selector.close()
+        if pidfd is not None:
+            os.close(pidfd)
         proc.stdout.close()
         proc.stderr.close()
     code = proc.returncode
