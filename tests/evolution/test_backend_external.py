@@ -156,7 +156,9 @@ def test_the_cli_sees_only_its_own_api_key(fake_bin, repo, tmp_path, level):
     assert env["ANTHROPIC_API_KEY"] == "sk-ant-test"
     for leaked in ("SECRET_KEY", "DATABASE_URL", "OPENAI_API_KEY"):
         assert leaked not in env
-    assert set(env) - {"ANTHROPIC_API_KEY"} <= ALLOWED_ENV
+    assert set(env) - {"ANTHROPIC_API_KEY", "IS_SANDBOX"} <= ALLOWED_ENV
+    # Claude Code refuses to skip permissions as root outside a declared sandbox.
+    assert env.get("IS_SANDBOX") == ("1" if os.geteuid() == 0 else None)
     assert env["PATH"].split(":")[0] == str(fake_bin)
 
 

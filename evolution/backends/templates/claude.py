@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 from .base import CliOutcome, CliTemplate, Invocation
 from .output import json_lines, json_output_extract
@@ -50,6 +51,10 @@ class ClaudeTemplate(CliTemplate):
         if invocation.read_only:
             argv += ["--disallowedTools", *READ_ONLY_DISALLOWED]
         return argv
+
+    def env(self, invocation: Invocation) -> dict[str, str]:
+        # As root, Claude Code refuses --dangerously-skip-permissions unless told it runs in a sandbox, which it does.
+        return {"IS_SANDBOX": "1"} if os.geteuid() == 0 else {}
 
     def parse(self, *, stdout: str, invocation: Invocation) -> CliOutcome:
         envelope = _envelope(stdout)
