@@ -2,11 +2,12 @@
 
     CLEAR_URL=https://clear.example.com CLEAR_API_KEY=sk-clear-… clearctl runs start --release v42 --wait
 
-Commands: runs start|status|wait, traces list, tickets export. (`gate`, comparing a release's insights with a
-baseline's, comes with the insights compare endpoint.)
+Commands: gate (fail a CI build on new or worse insights against a baseline release: clear/cli_gate.py),
+runs start|status|wait, traces list, tickets export.
 
 Configuration: CLEAR_URL (default http://127.0.0.1:8000) and CLEAR_API_KEY (a project's secret key), or --url and
---api-key. Exit codes: 0 success, 1 the run did not succeed or the API refused, 2 usage or connection problems.
+--api-key. Exit codes: 0 success, 1 the run did not succeed or the API refused, 2 usage or connection problems
+(`gate`: 0 passed, 1 gate failed, 2 any error).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class Client:
         self.url = url.rstrip("/")
         self.api_key = api_key
         self.timeout = timeout
+        self.last_status: int | None = None  # of the last response, e.g. 200 (a run reused) or 201 (started)
 
     def request(self, method: str, path: str, *, body: dict | None = None, params: dict | None = None,
                 raw: bool = False) -> Any:
@@ -56,6 +58,7 @@ class Client:
             request = urllib.request.Request(url, data=data, headers=headers, method=method)
             try:
                 with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                    self.last_status = response.status
                     content = response.read()
                     if raw:
                         return content.decode("utf-8")
@@ -67,6 +70,9 @@ class Client:
                 raise CliError(_error_text(exc)) from None
             except urllib.error.URLError as exc:
                 raise CliError(f"Cannot reach Clear at {self.url}: {exc.reason}. Check CLEAR_URL.", 2) from None
+            except ValueError as exc:  # not a URL at all, or a body that is not JSON (not Clear's API)
+                raise CliError(f"Unexpected answer from {url}: {exc}. Check CLEAR_URL (Clear's base URL, e.g. "
+                               "https://clear.example.com).", 2) from None
         raise CliError("Still rate limited after several waits; try again later.")  # pragma: no cover
 
     def pages(self, path: str, params: dict, limit: int):
@@ -85,18 +91,23 @@ class Client:
 
 
 def _error_text(exc: urllib.error.HTTPError) -> str:
+    hint = " Check CLEAR_API_KEY (a secret key of the project, sk-clear-…)." if exc.code == 401 else ""
     try:
         body = json.loads(exc.read())
-        return f"{body.get('message', '')} [{exc.code} {body.get('code', '')}]"
+        return f"{body.get('message', '')} [{exc.code} {body.get('code', '')}]{hint}"
     except (ValueError, AttributeError):
-        return f"HTTP {exc.code} {exc.reason}"
+        return f"HTTP {exc.code} {exc.reason} from {exc.url}.{hint or ' Check CLEAR_URL.'}"
 
 
 def _client(args: argparse.Namespace) -> Client:
     api_key = args.api_key or os.environ.get("CLEAR_API_KEY", "")
     if not api_key:
         raise CliError("Set CLEAR_API_KEY to a project's secret key (sk-clear-…), or pass --api-key.", 2)
-    return Client(args.url or os.environ.get("CLEAR_URL") or DEFAULT_URL, api_key)
+    url = args.url or os.environ.get("CLEAR_URL") or DEFAULT_URL
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise CliError(f"CLEAR_URL must be Clear's base URL, e.g. https://clear.example.com; got {url!r}.", 2)
+    return Client(url, api_key)
 
 
 def _split(values: list[str] | None) -> list[str]:
@@ -230,6 +241,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--url", help=f"Clear's base URL (default: $CLEAR_URL or {DEFAULT_URL})")
     parser.add_argument("--api-key", help="a project's secret key (default: $CLEAR_API_KEY)")
     groups = parser.add_subparsers(dest="group", required=True)
+    from clear.cli_gate import add_gate_parser  # it imports this module's client
+
+    add_gate_parser(groups)
 
     runs = groups.add_parser("runs", help="diagnosis runs").add_subparsers(dest="command", required=True)
     start = runs.add_parser("start", help="start a diagnosis run")
@@ -294,4 +308,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # `python -m clear.cli`: run the importable module, so clear.cli_gate and this share one CliError.
+    from clear.cli import main as _main
+
+    sys.exit(_main())

@@ -67,17 +67,26 @@ def test_the_client_needs_only_the_standard_library():
     from pathlib import Path
 
     import clear.cli
+    import clear.cli_gate
 
-    tree = ast.parse(Path(clear.cli.__file__).read_text())
-    modules = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
-               for alias in node.names}
-    modules |= {node.module.split(".")[0] for node in ast.walk(tree)
-                if isinstance(node, ast.ImportFrom) and node.module}
-    assert modules <= set(sys.stdlib_module_names) | {"__future__"}, modules
-    env = {"PATH": "/usr/bin:/bin", "CLEAR_API_KEY": "x"}  # no Django settings, no database
-    result = subprocess.run([sys.executable, "-m", "clear.cli", "runs", "--help"], env=env, capture_output=True,
-                            text=True, check=True)
+    for module in (clear.cli, clear.cli_gate):
+        tree = ast.parse(Path(module.__file__).read_text())
+        modules = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+        modules |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+        outside = {m for m in modules if m.split(".")[0] not in sys.stdlib_module_names}
+        assert outside <= {"__future__", "clear.cli", "clear.cli_gate"}, (module.__name__, outside)
+    # -S: no site-packages, so no Django, Celery or anything else installed; only the checkout on the path.
+    env = {"PATH": "/usr/bin:/bin", "CLEAR_API_KEY": "x", "PYTHONPATH": str(Path(clear.cli.__file__).parents[1])}
+    stdlib_only = [sys.executable, "-S", "-m", "clear.cli"]
+    result = subprocess.run([*stdlib_only, "runs", "--help"], env=env, capture_output=True, text=True, check=True)
     assert "start" in result.stdout and "wait" in result.stdout
+    result = subprocess.run([*stdlib_only, "gate", "--help"], env=env, capture_output=True, text=True, check=True)
+    assert "--baseline-release" in result.stdout and "--junit" in result.stdout
+    # As a module, a gate error is still exit 2 with its message (one CliError class).
+    env["CLEAR_URL"] = "http://127.0.0.1:9"
+    result = subprocess.run([*stdlib_only, "gate", "--release", "a", "--baseline-release", "b"], env=env,
+                            capture_output=True, text=True)
+    assert result.returncode == 2 and "Cannot reach Clear" in result.stderr, result.stderr
 
 
 def test_tickets_export(clearctl_env, mine, tmp_path, capsys):

@@ -1,0 +1,111 @@
+"""`clearctl gate` against a live server (Celery eager: runs and insights finish within the requests): new insights
+fail the gate and are named in the JUnit XML and the Markdown summary; runs are reused; every error is exit 2 with a
+message that says what to fix. The end-to-end CI job (real worker, OTLP): test_ci_gate.py."""
+
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from clear.cli import main
+from clear.cli_gate import md_escape
+from diagnosis.models import DiagnosisRun, Insight
+from diagnosis.services.runs import judges_resolve
+from tests.diagnosis.insights.conftest import desk_rubrics  # noqa: F401 - a fixture
+from tests.diagnosis.support import support_desk_ingest
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def gate_env(live_server, issued_key, monkeypatch, settings):
+    settings.CLEAR_JUDGE_MODEL = ""
+    monkeypatch.setenv("CLEAR_URL", live_server.url)
+    monkeypatch.setenv("CLEAR_API_KEY", issued_key.secret)
+    return live_server
+
+
+def _new_insights(project, base: DiagnosisRun, head: DiagnosisRun) -> list[Insight]:
+    before = set(Insight.objects.filter(occurrences__run=base).values_list("pk", flat=True))
+    return [i for i in Insight.objects.filter(project=project, occurrences__run=head, is_other=False)
+            if i.pk not in before]
+
+
+def test_a_new_insight_fails_the_gate_and_is_named(gate_env, project, desk_rubrics, tmp_path, capsys):  # noqa: F811
+    support_desk_ingest(project=project, bugs="none", release="A")
+    support_desk_ingest(project=project, bugs="misroute", release="B")
+    junit, markdown = tmp_path / "clear.xml", tmp_path / "clear.md"
+    code = main(["gate", "--release", "B", "--baseline-release", "A", "--junit", str(junit),
+                 "--markdown", str(markdown), "--interval", "0.05"])
+    out = capsys.readouterr()
+    assert code == 1, out
+    runs = {r.release: r for r in DiagnosisRun.objects.filter(project=project)}
+    assert set(runs) == {"A", "B"} and all(r.insights_status == "done" for r in runs.values())
+    new = _new_insights(project, runs["A"], runs["B"])
+    assert new and any(i.node == "planner" for i in new)
+    assert "FAILED" in out.out and f"new {len(new)} (max 0)" in out.out
+
+    tree = ET.parse(junit).getroot()
+    suite = tree.find("testsuite")
+    failures = {case.get("name"): case.find("failure") for case in suite.iter("testcase")
+                if case.find("failure") is not None}
+    for insight in new:
+        name = f"[{insight.level} {insight.node or 'system'}] {insight.title}"
+        assert name in failures, (name, list(failures))
+        assert failures[name].get("message") == f"new insight: {insight.title}"
+    assert "new and worse insights within limits" in failures
+    assert int(suite.get("failures")) == len(new) + 1
+    properties = {p.get("name"): p.get("value") for p in suite.iter("property")}
+    assert properties["head_run"] == str(runs["B"].pk) and properties["base_run"] == str(runs["A"].pk)
+
+    text = markdown.read_text()
+    assert text.startswith("## Clear gate failed: `B` against `A`")
+    assert "### New insights" in text and f"/p/{project.slug}/insights/{new[0].pk}/" in text
+    for insight in new:
+        assert f"**{md_escape(insight.title)}**" in text
+
+    # A second gate reuses both runs; with the new ones allowed it passes.
+    assert main(["gate", "--release", "B", "--baseline-release", "A", "--max-new", str(len(new))]) == 0
+    assert DiagnosisRun.objects.filter(project=project).count() == 2
+    assert "reusing" in capsys.readouterr().err
+    # The baseline against itself: one run, nothing new.
+    assert main(["gate", "--release", "A", "--baseline-release", "A", "--junit", str(junit)]) == 0
+    assert "PASSED" in capsys.readouterr().out
+    assert ET.parse(junit).getroot().find("testsuite").get("failures") == "0"
+    # Traces of a release that arrive after its run: a new run judges them.
+    support_desk_ingest(project=project, bugs="misroute", release="A", seed=5)
+    assert main(["gate", "--release", "A", "--baseline-release", "A"]) in (0, 1)
+    assert DiagnosisRun.objects.filter(project=project, release="A").count() == 2
+
+
+def test_errors_exit_2_with_a_message(gate_env, project, monkeypatch, capsys):
+    assert main(["gate", "--release", "nothing", "--baseline-release", "A"]) == 2
+    assert "has no traces" in capsys.readouterr().err
+
+    # A run of the release still running (reused): not ready without --wait, a timeout with it.
+    support_desk_ingest(project=project, bugs="none", release="R", task_ids=["order-status-shipped"])
+    DiagnosisRun.objects.create(project=project, release="R", status=DiagnosisRun.Status.RUNNING, total_count=1,
+                                judges=judges_resolve(judges=None, model=""))
+    assert main(["gate", "--release", "R", "--baseline-release", "R"]) == 2
+    assert "pass --wait" in capsys.readouterr().err
+    assert main(["gate", "--release", "R", "--baseline-release", "R", "--wait", "--timeout", "0.3",
+                 "--interval", "0.05"]) == 2
+    assert "--timeout" in capsys.readouterr().err
+    DiagnosisRun.objects.filter(release="R").update(status=DiagnosisRun.Status.FAILED,
+                                                     failure_message="the worker died")
+    DiagnosisRun.objects.create(project=project, release="R", status=DiagnosisRun.Status.CANCELLED, total_count=1)
+    # Failed runs are not reused: a new one is started and judged.
+    assert main(["gate", "--release", "R", "--baseline-release", "R"]) == 0
+    capsys.readouterr()
+
+    assert main(["gate", "--release", "R", "--baseline-release", "R", "--judges", "nope"]) == 2
+    assert "Unknown judge 'nope'" in capsys.readouterr().err
+    monkeypatch.setenv("CLEAR_API_KEY", "sk-clear-wrong")
+    assert main(["gate", "--release", "R", "--baseline-release", "R"]) == 2
+    err = capsys.readouterr().err
+    assert "401" in err and "CLEAR_API_KEY" in err
+    monkeypatch.setenv("CLEAR_URL", "http://127.0.0.1:9")
+    assert main(["gate", "--release", "R", "--baseline-release", "R"]) == 2
+    assert "Cannot reach Clear" in capsys.readouterr().err
+    monkeypatch.setenv("CLEAR_URL", "not a url")
+    assert main(["gate", "--release", "R", "--baseline-release", "R"]) == 2
+    assert "CLEAR_URL" in capsys.readouterr().err
