@@ -548,7 +548,6 @@ def test_preflight_runs_in_the_release_with_placeholders(tmp_path, root):
 
 
 def test_preflight_through_a_sandbox_runner(tmp_path, root):
-    pytest.importorskip("evolution.sandbox")
     from evolution.sandbox import IsolationLevel, Limits, ProcResult
 
     class FakeSandbox:
@@ -572,6 +571,16 @@ def test_preflight_through_a_sandbox_runner(tmp_path, root):
     call = sandbox.calls[0]
     assert call["cmd"] == ["python", "-c", "import agent"] and call["workdir"] == release
     assert call["limits"].wall_s == 7 and call["limits"].memory_bytes is None and call["network"] is False
+
+
+def test_preflight_in_the_real_sandbox(tmp_path, root):
+    from evolution.sandbox import sandbox_runner_get
+
+    release = release_stage(releases_root=root, release_id="r1", source_dir=make_source(tmp_path, "v1"))
+    runner = sandbox_command_runner(sandbox_runner_get())
+    assert release_preflight(release_dir=release, commands=["python health.py"], runner=runner).ok
+    report = release_preflight(release_dir=release, commands=["python -c 'import agent_missing'"], runner=runner)
+    assert not report.ok and "ModuleNotFoundError" in report.summary()
 
 
 # --- health window ----------------------------------------------------------------------------------------------
