@@ -22,8 +22,10 @@ def feedback_for(*, iteration: Iteration, stages: tuple[str, ...]) -> list[dict]
 
 
 def best_iteration(*, job: EvolutionJob) -> Iteration | None:
-    """The highest gate-satisfying score; the earliest on a tie (not the most recent)."""
-    scored = [it for it in job.iterations.filter(score__isnull=False).order_by("n")]
+    """Among candidates that improved on the baseline, the highest gate-satisfying score; the earliest on a tie
+    (not the most recent)."""
+    scored = list(job.iterations.filter(score__isnull=False, verdict__in=["PROMOTE_ELIGIBLE", "NEED_MORE_WORK"])
+                  .order_by("n"))
     return max(scored, key=lambda it: (it.score, -it.n)) if scored else None
 
 

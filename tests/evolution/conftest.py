@@ -1,4 +1,12 @@
+import os
+import shutil
+from pathlib import Path
+
 import pytest
+
+# The real-worker test's worker reads this from its environment; set before the (session) worker starts.
+WORKER_EVOLUTION_DIR = Path(__file__).resolve().parents[2] / "var" / f"test-evolution-{os.getpid()}"
+os.environ.setdefault("CLEAR_EVOLUTION_DIR", str(WORKER_EVOLUTION_DIR))
 
 from evolution.services import evolution_target_add
 from tests.evolution.fixture_repo import TARGET_TASKS, fixture_repo_make
@@ -27,3 +35,9 @@ def router_target(project, router_remote):
 def refund_insight(project):
     traces = failing_traces_ingest(project=project, tasks=[(task, 7) for task in TARGET_TASKS])
     return insight_for_traces(project=project, traces=traces, title="Refund requests are routed to billing")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _worker_evolution_dir_removed():
+    yield
+    shutil.rmtree(WORKER_EVOLUTION_DIR, ignore_errors=True)
