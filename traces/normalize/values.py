@@ -50,7 +50,9 @@ def decode_jsonish(value: Any, *, depth: int = 3) -> Any:
     strings; `'"value1"'` becomes `value1`, `'"[{\\"a\\": 1}]"'` becomes `[{"a": 1}]`.
     """
     while depth > 0 and isinstance(value, str):
-        s = value.strip()
+        # The usual case starts with its bracket: parse it as it is (json skips surrounding whitespace itself)
+        # instead of copying a long string through strip() first.
+        s = value if value[:1] in ("{", "[", '"') else value.strip()
         if not s or s[0] not in '{["':
             return value
         try:
