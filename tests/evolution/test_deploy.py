@@ -211,6 +211,8 @@ def activators(tmp_path: Path):
 
 
 def promote(root: Path, release_id: str, source: Path, activator, probes, clock: FakeClock, **kwargs):
+    # A 20 s window (5 rounds) keeps the many failing health commands cheap; scenario 9 runs the full 90 s.
+    kwargs.setdefault("window_s", 20)
     return hot_swap_promote(releases_root=root, release_id=release_id, source_dir=source, activator=activator,
                             probes=probes, sleep=clock.sleep, clock=clock.monotonic, **kwargs)
 
@@ -810,13 +812,13 @@ def test_kubernetes_activator_against_a_fake_kubectl():
 def test_scenario_9_unhealthy_release_is_rolled_back_and_the_reprobe_passes(tmp_path, root, clock, activators):
     activator = activators()
     probes = [health_probe(root), ProcessAliveProbe(target=activator)]
-    first = promote(root, "r1", make_source(tmp_path, "r1"), activator, probes, clock)
+    first = promote(root, "r1", make_source(tmp_path, "r1"), activator, probes, clock, window_s=90)
     assert first.outcome == PromotionOutcome.PROMOTED and first.reason == PromotionReason.HEALTHY
     assert first.rollback_to is None and first.health.streak == 3
     first_pid = activator.pid
 
     result = promote(root, "r2", make_source(tmp_path, "r2", broken=True), activator, probes, clock,
-                     reason="job 42")
+                     reason="job 42", window_s=90)
     assert result.outcome == PromotionOutcome.ROLLED_BACK and result.reason == PromotionReason.HEALTH_FAILED
     assert result.rollback_to == "r1" and result.active_release == "r1"
     assert not result.health.healthy and len(result.health.rounds) == 19
