@@ -1,0 +1,61 @@
+"""Register an agent repository as an evolution target, or list a project's targets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from django.core.management.base import BaseCommand, CommandError
+
+from clear.errors import ClearError
+from clear.projects.selectors import project_get_by_name
+from evolution.selectors import evolution_target_list
+from evolution.services import evolution_target_add
+from evolution.services.targets import config_parse
+
+
+def _error(exc: ClearError) -> CommandError:
+    fields = exc.extra.get("fields") or {}
+    lines = [exc.message] + [f"  {name}: {problem}" for name, problem in fields.items()]
+    return CommandError("\n".join(lines))
+
+
+class Command(BaseCommand):
+    help = "Evolution targets: `add` registers a repository (its evolution.json or --config), `list` shows them."
+
+    def add_arguments(self, parser):
+        sub = parser.add_subparsers(dest="action", required=True)
+        add = sub.add_parser("add", help="register a repository")
+        add.add_argument("--project", required=True, help="project name or slug")
+        add.add_argument("--name", required=True)
+        add.add_argument("--source", required=True, help="local repository path or git URL")
+        add.add_argument("--config", help="JSON file with the evolution config (default: the repo's evolution.json)")
+        add.add_argument("--default-branch", default="", help="branch or ref to evolve (default: the source's HEAD)")
+        add.add_argument("--push-url", default="", help="where PR branches are pushed (default: the source)")
+        listing = sub.add_parser("list", help="list a project's targets")
+        listing.add_argument("--project", required=True)
+
+    def handle(self, *args, **options):
+        try:
+            project = project_get_by_name(name=options["project"])
+        except ClearError as exc:
+            raise CommandError(f"{exc.message}. Create it with `manage.py create_project` or check the name.") from None
+        if options["action"] == "list":
+            for target in evolution_target_list(project=project):
+                self.stdout.write(f"{target.pk}\t{target.name}\t{target.source}")
+            return
+        config = None
+        if options["config"]:
+            path = Path(options["config"])
+            if not path.is_file():
+                raise CommandError(f"--config {path}: no such file")
+            try:
+                config = config_parse(text=path.read_text(), where=str(path))
+            except ClearError as exc:
+                raise _error(exc) from None
+        try:
+            target = evolution_target_add(project=project, name=options["name"], source=options["source"],
+                                          config=config, default_branch=options["default_branch"],
+                                          push_url=options["push_url"])
+        except ClearError as exc:
+            raise _error(exc) from None
+        self.stdout.write(self.style.SUCCESS(f"Target {target.name} (id {target.pk}) registered from {target.source}"))
