@@ -9,7 +9,6 @@ import fnmatch
 import json
 import os
 import shlex
-import shutil
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -17,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from evolution.backends import Access, Role, RoleRequest, backend_get
+from evolution.backends.schemas import ROLE_SCHEMAS, output_validate
 from examples.support_desk import TASKS, run_suite
 from examples.support_desk.target_repo import EVOLUTION_CONFIG, target_repo_make
 
@@ -55,20 +56,26 @@ def git(repo: Path, *args: str) -> str:
     return completed.stdout
 
 
-def apply_edits(workdir: Path, edits: list[dict]) -> None:
-    """The scripted backend's edit kinds, applied the way its format describes them."""
-    for edit in edits:
-        if "patch" in edit:
-            subprocess.run(["git", "apply", "-"], cwd=workdir, input=edit["patch"], text=True, check=True)
-            continue
-        path = workdir / edit["path"]
-        if "write" in edit:
-            path.write_text(edit["write"], encoding="utf-8")
-            continue
-        text = path.read_text(encoding="utf-8")
-        old, new = edit["replace"]["old"], edit["replace"]["new"]
-        assert text.count(old) == 1, f"{edit['path']}: the replaced text must occur exactly once"
-        path.write_text(text.replace(old, new), encoding="utf-8")
+ROLE_ORDER = (Role.LOCATOR, Role.PLANNER, Role.PLAN_REVIEWER, Role.IMPLEMENTER, Role.CODE_REVIEWER)
+
+
+def scripted_play(script: dict, worktree: Path, log_dir: Path) -> dict[Role, dict]:
+    """Every role of one iteration through the real ScriptedBackend, as the orchestrator calls it."""
+    backend = backend_get(name="scripted", config={"script": script})
+    outputs = {}
+    for role in ROLE_ORDER:
+        access = Access.READ_WRITE if role is Role.IMPLEMENTER else Access.READ_ONLY
+        before = git(worktree, "status", "--porcelain")
+        result = backend.run_role(RoleRequest(
+            role=role, iteration=1, round=0, system_prompt=f"you are the {role}", user_input="mediator_race insight",
+            workdir=worktree, access=access, output_schema=ROLE_SCHEMAS[role], timeout_s=30, log_dir=log_dir,
+        ))
+        assert result.exit_code == 0, result.error
+        assert output_validate(output=result.output, schema=ROLE_SCHEMAS[role]) == []
+        if access is Access.READ_ONLY:
+            assert git(worktree, "status", "--porcelain") == before
+        outputs[role] = result.output
+    return outputs
 
 
 def load_fixture(name: str) -> dict:
@@ -92,7 +99,7 @@ def candidate(base: Path, tmp_path: Path, fixture: str | None) -> Path:
     worktree = tmp_path / "candidate"
     git(tmp_path, "clone", "--quiet", str(base), str(worktree))
     if fixture is not None:
-        apply_edits(worktree, entry(load_fixture(fixture), "implementer")["edits"])
+        scripted_play(load_fixture(fixture), worktree, tmp_path / "logs")
     return worktree
 
 
@@ -189,8 +196,8 @@ def test_health_tests_and_suite_commands(base: Path, tmp_path: Path) -> None:
 
 def test_health_fails_when_the_canary_breaks(base: Path, tmp_path: Path) -> None:
     worktree = candidate(base, tmp_path, None)
-    apply_edits(worktree, [{"path": "support_desk/agents/planner.py", "replace": {
-        "old": '    "order_status": "orders_worker",', "new": '    "order_status": "kb_worker",'}}])
+    planner = worktree / "support_desk" / "agents" / "planner.py"
+    planner.write_text(planner.read_text().replace('"order_status": "orders_worker"', '"order_status": "kb_worker"'))
     health = sh(command(EVOLUTION_CONFIG["health_command"]), cwd=worktree, home=tmp_path)
     assert health.returncode == 1 and "order-status-shipped" in health.stderr
 
@@ -262,6 +269,8 @@ def test_fixture_roles_fit_the_target(fixture: str, base: Path, tmp_path: Path) 
         assert any(fnmatch.fnmatch(edit["path"], pattern) for pattern in EVOLUTION_CONFIG["editable_paths"])
         assert not any(fnmatch.fnmatch(edit["path"], pattern) for pattern in EVOLUTION_CONFIG["denied_paths"])
     worktree = candidate(base, tmp_path, fixture)
+    prompts = [json.loads(line) for line in (tmp_path / "logs" / "prompts.jsonl").read_text().splitlines()]
+    assert [prompt["role"] for prompt in prompts] == [str(role) for role in ROLE_ORDER]
     numstat = [line.split("\t") for line in git(worktree, "diff", "--numstat").splitlines()]
     budget = EVOLUTION_CONFIG["diff_budget"]
     assert 0 < len(numstat) <= budget["max_files"]
