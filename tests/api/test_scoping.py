@@ -2,6 +2,7 @@
 key is a 401 in the API's error body. New endpoints join these tests by being in the schema."""
 
 import re
+from urllib.parse import urlencode
 
 import pytest
 from django.urls import URLPattern, URLResolver, get_resolver
@@ -52,10 +53,11 @@ BODIES = {
     ("POST", "/api/v1/insights/{insight_id}/merge/"): {"into": 1},
     ("POST", "/api/v1/insights/{insight_id}/split/"): {"statement_ids": [1]},
 }
-# Query strings of operations that name objects in their query (a project's own objects).
-QUERIES = {
-    "/api/v1/compare/": lambda data: f"?base_run={data.run.id}&head_run={data.run.id}",
+# Query parameters of operations that name objects in their query (a project's own objects).
+QUERY_OBJECTS = {
+    "/api/v1/compare/": lambda data: {"base_run": str(data.run.id), "head_run": str(data.run.id)},
 }
+QUERIES = {path: (lambda data, make=make: "?" + urlencode(make(data))) for path, make in QUERY_OBJECTS.items()}
 # Requests whose query or body names another project's object: 404 as for an id in the path.
 FOREIGN_REFERENCES = {
     "compare base_run": ("GET", lambda mine, theirs: f"/api/v1/compare/?base_run={theirs.run.id}&head_run={mine.run.id}",
