@@ -88,6 +88,23 @@ if [ ! -f "$CLEAR_VAR_DIR/demo-ingested" ]; then
     || echo "The diagnosis failed; see $CLEAR_VAR_DIR/logs/diagnosis.log" >&2
   touch "$CLEAR_VAR_DIR/demo-ingested"
 fi
+# The example agent as an evolution target: a git repository with mediator_race and retry_loop in its code (release
+# v2), written and registered once.
+desk_target_register() {
+  [ -d "$DESK_REPO/.git" ] || "$PY" -m examples.support_desk make-target-repo "$DESK_REPO" || return 1
+  case "$("$PY" manage.py evolution_target list --project "$SLUG")" in *support_desk*) return 0 ;; esac
+  "$PY" manage.py evolution_target add --project "$SLUG" --name support_desk --source "$DESK_REPO"
+}
+if [ ! -f "$CLEAR_VAR_DIR/demo-evolution-target" ]; then
+  SLUG=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['slug'])" "$CLEAR_VAR_DIR/demo-credentials.json")
+  DESK_REPO="$CLEAR_VAR_DIR/evolution/support_desk"
+  echo "==> registering the example agent as an evolution target ($DESK_REPO)"
+  if desk_target_register > "$CLEAR_VAR_DIR/logs/evolution-target.log" 2>&1; then
+    touch "$CLEAR_VAR_DIR/demo-evolution-target"
+  else
+    echo "Registering the evolution target failed; see $CLEAR_VAR_DIR/logs/evolution-target.log" >&2
+  fi
+fi
 cat <<MSG
 
 Clear is running at http://$HOST:$PORT/

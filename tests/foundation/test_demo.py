@@ -1,3 +1,4 @@
+import json
 import os
 import re
 import signal
@@ -106,3 +107,15 @@ def test_embedded_worker_runs_tasks_from_the_filesystem_queue(demo):
     assert result.returncode == 0, result.stdout + result.stderr
     assert "answered" in result.stdout
     assert any((demo.var_dir / "celery").rglob("*")) or (demo.var_dir / "celery").exists()
+
+
+def test_demo_registers_the_example_agent_as_an_evolution_target(demo):
+    repo = demo.var_dir / "evolution" / "support_desk"
+    assert (repo / ".git").is_dir() and (repo / "evolution.json").is_file()
+    slug = json.loads((demo.var_dir / "demo-credentials.json").read_text())["slug"]
+    listed = subprocess.run(
+        [sys.executable, "manage.py", "evolution_target", "list", "--project", slug],
+        cwd=ROOT, env=demo.env, capture_output=True, text=True, timeout=120,
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert [line.split("\t")[1:] for line in listed.stdout.splitlines()] == [["support_desk", str(repo)]]
