@@ -1,6 +1,7 @@
 """Celery entrypoints of evolution: one thin task per stage (load by id, run the stage service) and the janitor."""
 
 from celery import shared_task
+from django.conf import settings
 from django.db import OperationalError
 
 STAGES = ("prepare", "baseline", "locate", "plan", "plan_review", "implement", "code_review", "check", "trials",
@@ -17,8 +18,11 @@ def _stage_task(stage: str):
             raise self.retry(exc=exc, countdown=min(60, 5 * 2 ** self.request.retries)) from exc
 
     run.__name__ = run.__qualname__ = f"evolution_{stage}"
+    # A stage may run a coding agent or a trial suite for far longer than CELERY_TASK_SOFT_TIME_LIMIT; its own
+    # timeouts (role timeouts, trial limits) bound it, and this is the backstop.
+    limit = settings.CLEAR_EVOLUTION_STAGE_TIME_LIMIT_SECONDS
     return shared_task(name=f"evolution.{stage}", bind=True, acks_late=True, reject_on_worker_lost=True,
-                       ignore_result=True, max_retries=3)(run)
+                       ignore_result=True, max_retries=3, soft_time_limit=limit, time_limit=limit + 60)(run)
 
 
 STAGE_TASKS = {stage: _stage_task(stage) for stage in STAGES}

@@ -268,6 +268,7 @@ CLEAR_EVOLUTION_DIR = Path(env_str("CLEAR_EVOLUTION_DIR", str(VAR_DIR / "evoluti
 CLEAR_EVOLUTION_HEARTBEAT_SECONDS = env_float("CLEAR_EVOLUTION_HEARTBEAT_SECONDS", 10.0)
 CLEAR_EVOLUTION_STALE_SECONDS = env_float("CLEAR_EVOLUTION_STALE_SECONDS", 300.0)
 CLEAR_EVOLUTION_CONSENT_TTL_HOURS = env_float("CLEAR_EVOLUTION_CONSENT_TTL_HOURS", 168.0)
+CLEAR_EVOLUTION_STAGE_TIME_LIMIT_SECONDS = env_int("CLEAR_EVOLUTION_STAGE_TIME_LIMIT_SECONDS", 4 * 3600)
 CELERY_BEAT_SCHEDULE["evolution-janitor"] = {
     # Stale heartbeats → FAILED(worker_lost), lost prepare messages re-sent, orphaned worktrees removed, consent expiry.
     "task": "evolution.janitor", "schedule": env_float("CLEAR_EVOLUTION_JANITOR_SECONDS", 60.0),

@@ -12,6 +12,7 @@ import jsonschema
 from evolution import git
 from evolution.backends import Access, BackendCrashed, Role, RoleRequest, RoleResult, backend_get
 from evolution.models import EvolutionJob, StageRun
+from evolution.services.workspace import Heartbeat
 
 _STR_LIST = {"type": "array", "items": {"type": "string"}}
 SCHEMAS: dict[str, dict] = {
@@ -99,6 +100,7 @@ def role_run(*, job: EvolutionJob, stage_run: StageRun, role: Role, iteration: i
     if role == Role.IMPLEMENTER:
         system_prompt += "\n" + implementer_rules(job.target_config)
     backend = backend_get(name=job.backend_name, config=job.backend_config)
+    Heartbeat.on_stop(backend.cancel)
     log_dir.mkdir(parents=True, exist_ok=True)
     before = git.worktree_tree_hash(worktree_path=workdir) if access == Access.READ_ONLY else ""
     schema = SCHEMAS[role]

@@ -17,6 +17,7 @@ from clear.errors import ClearError
 from evolution.models import EvolutionJob, Iteration, JobState, StageRun
 from evolution.services.jobs import JobStateError, evolution_job_fail, job_transition
 from evolution.services.trials import StopRequested
+from evolution.services.workspace import Heartbeat
 
 logger = logging.getLogger(__name__)
 S = JobState
@@ -110,7 +111,8 @@ def stage_execute(*, job_id: int, stage: str, iteration: int = 0, round: int = 0
     if stage_run is None:
         return "duplicate"
     try:
-        outcome = handlers[stage](job=job, stage_run=stage_run, iteration=iteration, round_=round) or "done"
+        with Heartbeat(job_id=job.pk):
+            outcome = handlers[stage](job=job, stage_run=stage_run, iteration=iteration, round_=round) or "done"
     except StopRequested:
         _stage_close(stage_run, status=StageRun.Status.FAILED, outcome="CANCELLED")
         job = EvolutionJob.objects.get(pk=job.pk)

@@ -11,7 +11,7 @@ from evolution.services.gates import Gate, failed_tests, gate_tests, gates_repor
 from evolution.services.loop import code_round_failed, feedback_for, iteration_current, iteration_failed
 from evolution.services.roles import code_review_decision, data_block, role_run
 from evolution.services.stages import advance, finish
-from evolution.services.trials import command_run
+from evolution.services.trials import StopRequested, command_run, job_is_stopping
 from evolution.services.workspace import StopGuard, artifact_json, artifact_store, job_paths, worktree_at
 
 S = JobState
@@ -47,6 +47,8 @@ def _run(job, stage_run, role, iteration, round_, user_input):
                        user_input=user_input, workdir=paths.worktree, extra_ro_dirs=(),
                        log_dir=paths.logs / f"{iteration.n}-{role}-{round_}")
     result = outcome.result
+    if job_is_stopping(job_id=job.pk):  # a cancelled backend returns a failure; it is a cancellation
+        raise StopRequested()
     stage_run.exit_code, stage_run.timed_out = result.exit_code, result.timed_out
     stage_run.session_id = result.session_id or ""
     stage_run.tokens_in, stage_run.tokens_out, stage_run.cost_usd = result.tokens_in, result.tokens_out, result.cost_usd
@@ -212,8 +214,6 @@ def check(*, job: EvolutionJob, stage_run: StageRun, iteration: int, round_: int
             proc = command_run(job=job, template=config["test_command"], workdir=worktree, timeout_s=timeout,
                                should_stop=guard)
             if proc.cancelled:
-                from evolution.services.trials import StopRequested
-
                 raise StopRequested()
             gates.append(gate_tests(baseline=_latest(job=job, kind="baseline_test_report"), exit_code=proc.exit_code,
                                     timed_out=proc.timed_out, output=proc.stdout + "\n" + proc.stderr))

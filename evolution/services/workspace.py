@@ -153,3 +153,49 @@ class StopGuard:
             self._checked = now
             self.stopped = EvolutionJob.objects.filter(pk=self.job_id, stop_requested=True).exists()
         return self.stopped
+
+
+class Heartbeat:
+    """While a stage runs: a thread marks the job alive every CLEAR_EVOLUTION_HEARTBEAT_SECONDS (a coding agent may
+    work for most of an hour without returning) and, once the job is asked to stop, calls the registered stop hooks
+    (e.g. the backend's cancel()). It uses its own database connection and closes it."""
+
+    _current = threading.local()
+
+    def __init__(self, *, job_id: int, every_s: float | None = None):
+        from django.conf import settings
+
+        self.job_id = job_id
+        self.every_s = every_s or settings.CLEAR_EVOLUTION_HEARTBEAT_SECONDS
+        self._done = threading.Event()
+        self._hooks: list = []
+        self._thread = threading.Thread(target=self._loop, name=f"evolution-heartbeat-{job_id}", daemon=True)
+
+    @classmethod
+    def on_stop(cls, hook) -> None:
+        """Register a hook on the heartbeat of the stage running in this thread (none: nothing to register)."""
+        current = getattr(cls._current, "beat", None)
+        if current is not None:
+            current._hooks.append(hook)
+
+    def _loop(self) -> None:
+        from django.db import connection
+
+        try:
+            while not self._done.wait(self.every_s):
+                EvolutionJob.objects.filter(pk=self.job_id).update(heartbeat_at=timezone.now())
+                if EvolutionJob.objects.filter(pk=self.job_id, stop_requested=True).exists():
+                    for hook in list(self._hooks):
+                        hook()
+        finally:
+            connection.close()
+
+    def __enter__(self) -> Heartbeat:
+        Heartbeat._current.beat = self
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        Heartbeat._current.beat = None
+        self._done.set()
+        self._thread.join(timeout=30)
