@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from django.db.models import QuerySet
 
 from clear.errors import NotFoundError
 from clear.projects.models import Project
-from evolution.models import TERMINAL_STATES, Artifact, AuditEvent, EvolutionJob, EvolutionTarget, TrialRun
+from evolution.models import (
+    TERMINAL_STATES, Artifact, AuditEvent, EvolutionJob, EvolutionTarget, Iteration, StageRun, TaskSpec, TrialRun,
+    Verdict,
+)
 
 
 class TargetNotFoundError(NotFoundError):
@@ -71,3 +76,88 @@ def evolution_job_matrix(*, project: Project, job: EvolutionJob, iteration_n: in
                                             "baseline": [], "candidate": []})
         row[run.arm].append({"score": run.score, "passed": run.passed, "timed_out": run.timed_out})
     return list(rows.values())
+
+
+# --- the job page and the job detail API --------------------------------------------------------------------------
+
+DOCUMENT_KINDS = ("diagnosis", "plan", "plan_review", "implementer", "code_review")
+
+
+def evolution_target_by_id(*, project: Project, target_id) -> EvolutionTarget:
+    try:
+        target = EvolutionTarget.objects.filter(project=project, pk=int(target_id)).first()
+    except (TypeError, ValueError):
+        target = None
+    if target is None:
+        raise TargetNotFoundError(f"No evolution target {target_id} in this project")
+    return target
+
+
+def evolution_job_stage_runs(*, project: Project, job: EvolutionJob) -> QuerySet[StageRun]:
+    """The stage timeline: every stage execution in the order it started."""
+    return StageRun.objects.filter(job__project=project, job=job).order_by("started_at", "pk")
+
+
+def evolution_artifact_get(*, project: Project, job: EvolutionJob, artifact_id) -> Artifact:
+    try:
+        artifact = Artifact.objects.filter(job__project=project, job=job, pk=int(artifact_id)).first()
+    except (TypeError, ValueError):
+        artifact = None
+    if artifact is None:
+        raise NotFoundError(f"No artifact {artifact_id} in evolution job {job.pk}")
+    return artifact
+
+
+@dataclass
+class IterationReview:
+    """One iteration as a reviewer sees it: its verdict and gate table, the per-task baseline vs candidate
+    scores, and the latest of each document (plan, reviews, patch) its stages wrote."""
+
+    iteration: Iteration
+    verdict: Verdict | None
+    gates: list[dict]
+    tasks: list[dict]
+    artifacts: dict[str, Artifact] = field(default_factory=dict)  # kind -> the latest of that kind
+
+
+def _mean(trials: list[dict]) -> float | None:
+    return sum(t["score"] for t in trials) / len(trials) if trials else None
+
+
+def evolution_job_review(*, project: Project, job: EvolutionJob) -> list[IterationReview]:
+    """Every iteration of the job, oldest first, in a fixed number of queries whatever the number of iterations."""
+    iterations = list(Iteration.objects.filter(job__project=project, job=job).select_related("verdict_record")
+                      .order_by("n"))
+    baseline: dict[int, list[dict]] = {}
+    candidate: dict[tuple[int, int], list[dict]] = {}
+    tasks = {task.pk: task for task in TaskSpec.objects.filter(job__project=project, job=job)
+             .order_by("kind", "task_id", "seed")}
+    for run in TrialRun.objects.filter(job__project=project, job=job).order_by("trial_n", "pk"):
+        trial = {"trial": run.trial_n, "seed": run.seed, "score": run.score, "passed": run.passed,
+                 "timed_out": run.timed_out, "error": run.error[:500]}
+        if run.arm == TrialRun.Arm.BASELINE:
+            baseline.setdefault(run.task_id, []).append(trial)
+        else:
+            candidate.setdefault((run.iteration_n, run.task_id), []).append(trial)
+    latest: dict[tuple[int, str], Artifact] = {}
+    for artifact in Artifact.objects.filter(job__project=project, job=job,
+                                            kind__in=[*DOCUMENT_KINDS, "patch", "gate_report", "test_report"]) \
+            .select_related("iteration").order_by("created_at", "pk"):
+        if artifact.iteration is not None:
+            latest[(artifact.iteration.n, artifact.kind)] = artifact
+    reviews = []
+    for it in iterations:
+        rows = []
+        for task_pk, task in tasks.items():
+            base, cand = baseline.get(task_pk, []), candidate.get((it.n, task_pk), [])
+            rows.append({"task_id": task.task_id, "seed": task.seed, "kind": task.kind,
+                         "reproduces": task.reproduces, "baseline": base, "candidate": cand,
+                         "baseline_mean": _mean(base), "candidate_mean": _mean(cand),
+                         "baseline_passes": sum(t["passed"] for t in base),
+                         "candidate_passes": sum(t["passed"] for t in cand),
+                         "delta": (_mean(cand) - _mean(base)) if cand and base else None})
+        verdict = getattr(it, "verdict_record", None)
+        reviews.append(IterationReview(
+            iteration=it, verdict=verdict, gates=list((it.metrics or {}).get("gates", [])), tasks=rows,
+            artifacts={kind: art for (n, kind), art in latest.items() if n == it.n}))
+    return reviews

@@ -1,0 +1,343 @@
+"""REST API of evolution under /api/v1/evolution/ (project API keys): targets (agent repositories and their
+config), jobs (start for an insight or ticket, list, follow, cancel, approve or discard the candidate) and the
+artifacts a job's stages wrote.
+
+One class per operation: look objects up in the key's project (another project's id is a 404), validate the body,
+call the service, serialize. Approvals made with an API key are recorded as the key owner's.
+"""
+
+from __future__ import annotations
+
+from django.http import HttpResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
+from rest_framework import serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from clear.api.base import ProjectApi
+from clear.api.fields import POSTGRES_BIGINT_MAX, json_storable
+from clear.api.pagination import PAGINATION_PARAMETERS, page_body, paginate, paginated
+from clear.errors import ClearError, NotFoundError
+from clear.projects.authentication import ProjectKeyUser
+from diagnosis.selectors import insight_get
+from diagnosis.tickets.selectors import ticket_get
+from evolution.models import EvolutionJob, JobState
+from evolution.selectors import (
+    evolution_artifact_get,
+    evolution_job_artifacts,
+    evolution_job_events,
+    evolution_job_get,
+    evolution_job_list,
+    evolution_job_review,
+    evolution_job_stage_runs,
+    evolution_target_by_id,
+    evolution_target_list,
+)
+from evolution.serializers import (
+    ArtifactSerializer,
+    EventSerializer,
+    IterationSerializer,
+    JobOutputSerializer,
+    StageRunSerializer,
+    TargetOutputSerializer,
+    iterations_data,
+)
+from evolution.services import evolution_job_cancel, evolution_target_update
+from evolution.services.api_actions import (
+    MODES,
+    evolution_job_approve,
+    evolution_job_create,
+    evolution_job_reject,
+    evolution_target_delete,
+    evolution_target_register,
+)
+from evolution.services.workspace import artifact_read
+
+ID = {"min_value": 1, "max_value": POSTGRES_BIGINT_MAX}
+CONFLICT = OpenApiResponse(description="the job is not in a state that allows this")
+
+
+def _valid(serializer_class, request: Request, **kwargs) -> dict:
+    data = serializer_class(data=request.data, **kwargs)
+    data.is_valid(raise_exception=True)
+    return dict(data.validated_data)
+
+
+def _actor(request: Request) -> dict:
+    """Who acts: {"user": ...} for a session, {"api_key": ...} for a project key."""
+    if isinstance(request.user, ProjectKeyUser):
+        return {"api_key": request.user.api_key}
+    return {"user": request.user}
+
+
+def _actor_name(request: Request) -> str:
+    who = _actor(request)
+    return f"api_key:{who['api_key'].pk}" if "api_key" in who else f"user:{who['user'].pk}"
+
+
+# --- targets -------------------------------------------------------------------------------------------------------
+
+class TargetInputSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=200)
+    source = serializers.CharField(max_length=1000, help_text="a local repository path or a git URL")
+    config = serializers.JSONField(required=False, allow_null=True, default=None, validators=[json_storable],
+                                   help_text="the evolution config; omitted: the repository's evolution.json")
+    default_branch = serializers.CharField(max_length=200, required=False, default="", allow_blank=True)
+    push_url = serializers.CharField(max_length=1000, required=False, default="", allow_blank=True,
+                                     help_text="where PR branches are pushed (default: the source)")
+
+
+class TargetListApi(ProjectApi):
+    """The project's evolution targets (agent repositories Clear may patch), by name."""
+
+    @extend_schema(operation_id="evolution_targets_list", parameters=PAGINATION_PARAMETERS,
+                   responses=paginated(TargetOutputSerializer, "PaginatedEvolutionTargetList"))
+    def get(self, request: Request) -> Response:
+        page = paginate(queryset=evolution_target_list(project=self.project(request)), request=request,
+                        ordering=("name", "pk"))
+        return Response(page_body(page=page, results=TargetOutputSerializer(page.rows, many=True).data))
+
+
+class TargetCreateApi(ProjectApi):
+    """Register a target. Its config is validated: 400 evolution_config_invalid with `extra.fields` naming every
+    bad field (e.g. `trial_command`, `diff_budget.max_files`); 409 target_exists for a taken name."""
+
+    @extend_schema(operation_id="evolution_targets_create", request=TargetInputSerializer,
+                   responses={201: TargetOutputSerializer, 409: OpenApiResponse(description="the name is taken")})
+    def post(self, request: Request) -> Response:
+        values = _valid(TargetInputSerializer, request)
+        target = evolution_target_register(project=self.project(request), created_by=_actor(request).get("user"),
+                                           **values)
+        return Response(TargetOutputSerializer(target).data, status=status.HTTP_201_CREATED)
+
+
+class TargetDetailApi(ProjectApi):
+    """One target."""
+
+    @extend_schema(operation_id="evolution_targets_retrieve", responses=TargetOutputSerializer)
+    def get(self, request: Request, target_id: int) -> Response:
+        target = evolution_target_by_id(project=self.project(request), target_id=target_id)
+        return Response(TargetOutputSerializer(target).data)
+
+
+class TargetUpdateApi(ProjectApi):
+    """Change a target's config, source, default branch or push URL (validated as on create); 400 target_busy
+    while it has an active job."""
+
+    class InputSerializer(serializers.Serializer):
+        source = serializers.CharField(max_length=1000, required=False)
+        config = serializers.JSONField(required=False, validators=[json_storable])
+        default_branch = serializers.CharField(max_length=200, required=False, allow_blank=True)
+        push_url = serializers.CharField(max_length=1000, required=False, allow_blank=True)
+
+    @extend_schema(operation_id="evolution_targets_partial_update", request=InputSerializer,
+                   responses=TargetOutputSerializer)
+    def patch(self, request: Request, target_id: int) -> Response:
+        target = evolution_target_by_id(project=self.project(request), target_id=target_id)
+        values = _valid(self.InputSerializer, request)
+        return Response(TargetOutputSerializer(evolution_target_update(target=target, **values)).data)
+
+
+class TargetDeleteApi(ProjectApi):
+    """Remove a target that never ran a job (409 target_has_jobs otherwise: its jobs' history stays)."""
+
+    @extend_schema(operation_id="evolution_targets_destroy",
+                   responses={204: None, 409: OpenApiResponse(description="the target has jobs")})
+    def delete(self, request: Request, target_id: int) -> Response:
+        evolution_target_delete(target=evolution_target_by_id(project=self.project(request), target_id=target_id))
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+# --- jobs ----------------------------------------------------------------------------------------------------------
+
+class JobListApi(ProjectApi):
+    """The project's evolution jobs, newest first."""
+
+    class FilterSerializer(serializers.Serializer):
+        state = serializers.ChoiceField(choices=JobState.values, required=False)
+        active = serializers.BooleanField(required=False, allow_null=True, default=None,
+                                          help_text="true: running or waiting; false: ended")
+        target = serializers.IntegerField(required=False, **ID, help_text="a target id")
+        insight = serializers.IntegerField(required=False, **ID, help_text="an insight id")
+
+    @extend_schema(operation_id="evolution_jobs_list", parameters=[FilterSerializer, *PAGINATION_PARAMETERS],
+                   responses=paginated(JobOutputSerializer, "PaginatedEvolutionJobList"))
+    def get(self, request: Request) -> Response:
+        project = self.project(request)
+        filters = self.FilterSerializer(data=request.query_params)
+        filters.is_valid(raise_exception=True)
+        params = filters.validated_data
+        jobs = evolution_job_list(project=project, active=params.get("active"))
+        # A target or insight of another project matches nothing, like any other filter value.
+        if "state" in params:
+            jobs = jobs.filter(state=params["state"])
+        if "target" in params:
+            jobs = jobs.filter(target_id=params["target"])
+        if "insight" in params:
+            jobs = jobs.filter(insight_id=params["insight"])
+        page = paginate(queryset=jobs, request=request, ordering=("-created_at", "-pk"))
+        return Response(page_body(page=page, results=JobOutputSerializer(page.rows, many=True).data))
+
+
+class JobCreateApi(ProjectApi):
+    """Start a job: the coding backend works on the target to fix the insight (given directly or through its
+    ticket). It runs in the background; follow it on GET /api/v1/evolution/jobs/{job_id}/. 409 target_busy when
+    the target already has an active job; 400 for a bad backend config or a backend that is not usable here."""
+
+    class InputSerializer(serializers.Serializer):
+        target = serializers.IntegerField(**ID, help_text="a target id")
+        insight = serializers.IntegerField(required=False, allow_null=True, default=None, **ID,
+                                           help_text="the insight to fix (or give `ticket`)")
+        ticket = serializers.IntegerField(required=False, allow_null=True, default=None, **ID,
+                                          help_text="a ticket: its insight is the one to fix")
+        backend = serializers.CharField(max_length=100, help_text="scripted, litellm or external")
+        backend_config = serializers.JSONField(required=False, default=dict, validators=[json_storable],
+                                               help_text='e.g. {"script_path": "..."} for scripted; see '
+                                                         'evolution/backends/BACKENDS.md')
+        depth = serializers.ChoiceField(choices=EvolutionJob.Depth.choices, required=False, default="standard")
+        mode = serializers.ChoiceField(choices=MODES, required=False, default="pr",
+                                       help_text="pr: push a branch; hot_swap: swap a release in with a health "
+                                                 "check (the target needs a hot_swap config)")
+
+        def validate(self, data):
+            if not data.get("insight") and not data.get("ticket"):
+                raise serializers.ValidationError({"insight": "give an insight id or a ticket id"})
+            if not isinstance(data.get("backend_config"), dict):
+                raise serializers.ValidationError({"backend_config": "must be a JSON object"})
+            return data
+
+    @extend_schema(operation_id="evolution_jobs_create", request=InputSerializer,
+                   responses={201: JobOutputSerializer,
+                              409: OpenApiResponse(description="target_busy: the target has an active job")})
+    def post(self, request: Request) -> Response:
+        project = self.project(request)
+        values = _valid(self.InputSerializer, request)
+        target = evolution_target_by_id(project=project, target_id=values["target"])
+        ticket = ticket_get(project=project, ticket_id=values["ticket"]) if values["ticket"] else None
+        if values["insight"]:
+            insight = insight_get(project=project, insight_id=values["insight"])
+            if ticket is not None and ticket.insight_id != insight.pk:
+                raise ClearError(f"Ticket {ticket.pk} is not the ticket of insight {insight.pk}; give one of them",
+                                 extra={"fields": {"ticket": "not this insight's ticket"}})
+        else:
+            if ticket.insight_id is None:
+                raise ClearError(f"Ticket {ticket.pk} has no insight to fix",
+                                 extra={"fields": {"ticket": "no insight"}})
+            insight = insight_get(project=project, insight_id=ticket.insight_id)
+        job = evolution_job_create(project=project, target=target, insight=insight, ticket=ticket,
+                                   backend_name=values["backend"], backend_config=values["backend_config"],
+                                   depth=values["depth"], mode=values["mode"], created_by=_actor(request).get("user"))
+        job = evolution_job_get(project=project, job_id=job.pk)
+        return Response(JobOutputSerializer(job).data, status=status.HTTP_201_CREATED)
+
+
+def job_detail_body(*, project, job: EvolutionJob) -> dict:
+    reviews = evolution_job_review(project=project, job=job)
+    iterations = iterations_data(reviews)
+    # The verdict shown first: the best candidate's, else the latest iteration that got one.
+    best_n = job.best_iteration.n if job.best_iteration else None
+    judged = [row for row in iterations if row["verdict"] is not None]
+    verdict = next((row for row in judged if row["n"] == best_n), judged[-1] if judged else None)
+    return {
+        **JobOutputSerializer(job).data,
+        "consent": {"by": job.consent_by.email if job.consent_by else None, "at": job.consent_at,
+                    "patch_sha256": job.consent_patch_sha256} if job.consent_at else None,
+        "stages": StageRunSerializer(evolution_job_stage_runs(project=project, job=job), many=True).data,
+        "iterations": iterations,
+        "verdict": verdict,
+        "artifacts": ArtifactSerializer(evolution_job_artifacts(project=project, job=job), many=True).data,
+        "events": EventSerializer(evolution_job_events(project=project, job=job), many=True).data,
+    }
+
+
+class JobDetailApi(ProjectApi):
+    """One job: its state, the stage timeline, each iteration's gates, verdict and per-task baseline vs candidate
+    scores, the artifacts and the audit events."""
+
+    class OutputSerializer(JobOutputSerializer):
+        consent = inline_serializer(name="EvolutionJobConsent", allow_null=True, fields={
+            "by": serializers.CharField(allow_null=True), "at": serializers.DateTimeField(),
+            "patch_sha256": serializers.CharField()})
+        stages = StageRunSerializer(many=True)
+        iterations = IterationSerializer(many=True)
+        verdict = IterationSerializer(allow_null=True, help_text="the best candidate's iteration, else the latest "
+                                                                 "one with a verdict")
+        artifacts = ArtifactSerializer(many=True)
+        events = EventSerializer(many=True)
+
+        class Meta(JobOutputSerializer.Meta):
+            fields = [*JobOutputSerializer.Meta.fields, "consent", "stages", "iterations", "verdict", "artifacts",
+                      "events"]
+
+    @extend_schema(operation_id="evolution_jobs_retrieve", responses=OutputSerializer)
+    def get(self, request: Request, job_id: int) -> Response:
+        project = self.project(request)
+        job = evolution_job_get(project=project, job_id=job_id)
+        return Response(job_detail_body(project=project, job=job))
+
+
+class JobCancelApi(ProjectApi):
+    """Stop a job: a queued job or one awaiting consent ends CANCELLED at once, a running one at its next stage
+    boundary (a running sandbox process is killed). 409 when it has ended already."""
+
+    @extend_schema(operation_id="evolution_jobs_cancel", request=None,
+                   responses={200: JobOutputSerializer, 409: CONFLICT})
+    def post(self, request: Request, job_id: int) -> Response:
+        project = self.project(request)
+        job = evolution_job_get(project=project, job_id=job_id)
+        evolution_job_cancel(job=job, actor=_actor_name(request))
+        return Response(JobOutputSerializer(evolution_job_get(project=project, job_id=job.pk)).data)
+
+
+class JobApproveApi(ProjectApi):
+    """Consent to promote the best candidate of a job awaiting consent. `patch_sha256` is the hash of the diff you
+    reviewed (`candidate.patch_sha256`); if the candidate changed since, 409 patch_changed and nothing happens."""
+
+    class InputSerializer(serializers.Serializer):
+        patch_sha256 = serializers.RegexField(r"^[0-9a-f]{64}$", help_text="hex sha256 of the reviewed diff",
+                                              error_messages={"invalid": "64 lowercase hex characters"})
+
+    @extend_schema(operation_id="evolution_jobs_approve", request=InputSerializer,
+                   responses={200: JobOutputSerializer,
+                              409: OpenApiResponse(description="not awaiting consent, or patch_changed")})
+    def post(self, request: Request, job_id: int) -> Response:
+        project = self.project(request)
+        job = evolution_job_get(project=project, job_id=job_id)
+        values = _valid(self.InputSerializer, request)
+        evolution_job_approve(job=job, patch_sha256=values["patch_sha256"], **_actor(request))
+        return Response(JobOutputSerializer(evolution_job_get(project=project, job_id=job.pk)).data)
+
+
+class JobDiscardApi(ProjectApi):
+    """Throw the candidate of a job awaiting consent away: the job ends CANCELLED (discarded)."""
+
+    @extend_schema(operation_id="evolution_jobs_discard", request=None,
+                   responses={200: JobOutputSerializer, 409: CONFLICT})
+    def post(self, request: Request, job_id: int) -> Response:
+        project = self.project(request)
+        job = evolution_job_get(project=project, job_id=job_id)
+        evolution_job_reject(job=job, **_actor(request))
+        return Response(JobOutputSerializer(evolution_job_get(project=project, job_id=job.pk)).data)
+
+
+class JobArtifactApi(ProjectApi):
+    """Download one artifact of a job (a plan, review, patch, gate report, trial trace...) as the bytes stored;
+    its type is in the job's artifact list (`mime`)."""
+
+    @extend_schema(operation_id="evolution_jobs_artifact", responses={
+        (200, "application/octet-stream"): OpenApiTypes.BINARY})
+    def get(self, request: Request, job_id: int, artifact_id: int) -> HttpResponse:
+        project = self.project(request)
+        job = evolution_job_get(project=project, job_id=job_id)
+        artifact = evolution_artifact_get(project=project, job=job, artifact_id=artifact_id)
+        try:
+            data = artifact_read(artifact=artifact)
+        except FileNotFoundError as exc:
+            raise NotFoundError(f"Artifact {artifact.pk}'s file is gone from the artifact store",
+                                code="artifact_missing", extra={"sha256": artifact.sha256}) from exc
+        # Always a download: artifacts hold model and trace output, never rendered by the browser.
+        response = HttpResponse(data, content_type="application/octet-stream")
+        safe_name = "".join(c if c.isalnum() or c in "._-" else "_" for c in artifact.name) or "artifact"
+        response["Content-Disposition"] = f'attachment; filename="job-{job.pk}-{safe_name}"'
+        return response

@@ -1,0 +1,96 @@
+"""What the REST API and the pages do on top of the orchestrator's services (evolution/services/jobs.py, targets.py):
+the promotion mode of a new job, approvals and discards made with an API key, and a target whose repository cannot
+be read reported as a bad `source` (the client's mistake) rather than a server error."""
+
+from __future__ import annotations
+
+from django.db import transaction
+
+from clear.errors import ClearError, ConflictError
+from evolution.errors import EvolutionConfigInvalid, GitError
+from evolution.models import EvolutionJob, EvolutionTarget
+from evolution.services.jobs import audit, evolution_job_consent, evolution_job_discard, evolution_job_start
+from evolution.services.targets import evolution_target_add
+
+MODES = ("pr", "hot_swap")
+
+
+class ApproverMissingError(ClearError):
+    code = "approver_missing"
+
+
+def evolution_target_register(*, project, name: str, source: str, config: dict | None = None,
+                              default_branch: str = "", push_url: str = "", created_by=None) -> EvolutionTarget:
+    """Add a target; without `config`, the repository's own evolution.json is read (a repository that cannot be
+    cloned or has no such file is a 400 naming `source` or `config`)."""
+    try:
+        return evolution_target_add(project=project, name=name, source=source, config=config,
+                                    default_branch=default_branch, push_url=push_url, created_by=created_by)
+    except GitError as exc:
+        raise EvolutionConfigInvalid(f"source: cannot read the repository: {exc.message}",
+                                     extra={"fields": {"source": exc.message}}) from exc
+
+
+def job_mode(job: EvolutionJob) -> str:
+    return job.config_snapshot.get("mode", "pr")
+
+
+def evolution_job_create(*, project, target: EvolutionTarget, insight, backend_name: str, backend_config: dict,
+                         depth: str = "standard", mode: str = "pr", ticket=None, created_by=None) -> EvolutionJob:
+    """Start a job and record how its approved candidate is promoted: `pr` (a branch pushed for review) or
+    `hot_swap` (a release swapped in with a health check, which needs the target's `hot_swap` config section)."""
+    if mode not in MODES:
+        raise EvolutionConfigInvalid(f"mode: {mode!r} is not one of {', '.join(MODES)}",
+                                     extra={"fields": {"mode": f"one of {', '.join(MODES)}"}})
+    if mode == "hot_swap" and not (target.config or {}).get("hot_swap"):
+        raise EvolutionConfigInvalid(
+            f"mode: target {target.name!r} has no hot_swap section in its config (activator, probes; see "
+            "evolution/deploy/README.md); add one or use mode pr",
+            extra={"fields": {"mode": "the target has no hot_swap config"}})
+    with transaction.atomic():
+        # The first stage is sent on commit, so the mode is in the snapshot before any stage reads it.
+        job = evolution_job_start(project=project, target=target, insight=insight, backend_name=backend_name,
+                                  backend_config=backend_config, depth=depth, ticket=ticket, created_by=created_by)
+        job.config_snapshot = {**job.config_snapshot, "mode": mode}
+        job.save(update_fields=["config_snapshot", "updated_at"])
+    return job
+
+
+def _person(*, user, api_key, action: str):
+    """A person approves or discards: the logged-in user, or the owner of the API key used."""
+    if api_key is None:
+        return user
+    if api_key.created_by is None:
+        raise ApproverMissingError(f"This API key has no owner to record as the one who decided to {action}; use a "
+                                   "key created by a person, or the job's page")
+    return api_key.created_by
+
+
+def evolution_job_approve(*, job: EvolutionJob, patch_sha256: str, user=None, api_key=None) -> EvolutionJob:
+    """Consent to promote the best candidate; `patch_sha256` is the hash of the diff the approver saw (a mismatch
+    is a 409 patch_changed from the orchestrator)."""
+    person = _person(user=user, api_key=api_key, action="approve")
+    with transaction.atomic():
+        job = evolution_job_consent(job=job, user=person, patch_sha256=patch_sha256)
+        if api_key is not None:
+            audit(job=job, actor=f"api_key:{api_key.pk}", event="consent_via_api_key",
+                  data={"user": person.pk, "patch_sha256": patch_sha256})
+    return job
+
+
+def evolution_job_reject(*, job: EvolutionJob, user=None, api_key=None) -> EvolutionJob:
+    """Discard the candidate of a job awaiting consent (it ends CANCELLED, reason discarded)."""
+    person = _person(user=user, api_key=api_key, action="discard")
+    with transaction.atomic():
+        job = evolution_job_discard(job=job, user=person)
+        if api_key is not None:
+            audit(job=job, actor=f"api_key:{api_key.pk}", event="discard_via_api_key", data={"user": person.pk})
+    return job
+
+
+def evolution_target_delete(*, target: EvolutionTarget) -> None:
+    """Remove a target that never ran a job; a target with jobs keeps them (and their audit trail) reachable."""
+    if target.jobs.exists():
+        raise ConflictError(f"Target {target.name!r} has {target.jobs.count()} job(s); it is kept with their history. "
+                            "Edit its config instead", code="target_has_jobs")
+    target.delete()

@@ -1,0 +1,205 @@
+"""The evolution REST API (/api/v1/evolution/): targets CRUD with every bad config field named, jobs created for an
+insight or a ticket, listed with filters, followed through a real pipeline run (scripted backend, fixture router
+repository, sandbox, eager Celery) to its verdict, approved by the patch hash the client saw, cancelled, discarded."""
+
+import hashlib
+
+import pytest
+from rest_framework.test import APIClient
+
+from clear.projects.services import api_key_create
+from diagnosis.tickets.models import Ticket
+from evolution.models import AuditEvent, EvolutionJob
+from tests.evolution.fixture_repo import CONFIG, FIXED_BRANCH, replace_edit
+from tests.evolution.support import happy_entries, script_write
+
+pytestmark = pytest.mark.django_db
+
+TARGETS = "/api/v1/evolution/targets/"
+JOBS = "/api/v1/evolution/jobs/"
+
+
+@pytest.fixture
+def api(issued_key):
+    return APIClient(HTTP_AUTHORIZATION=f"Bearer {issued_key.secret}")
+
+
+@pytest.fixture
+def script(tmp_path):
+    return script_write(tmp_path / "script.json", happy_entries(replace_edit(FIXED_BRANCH)))
+
+
+def _job_body(target, insight, script, **extra):
+    return {"target": target.pk, "insight": insight.pk, "backend": "scripted",
+            "backend_config": {"script_path": str(script)}, "depth": "shallow", **extra}
+
+
+def test_a_bad_target_config_is_a_400_naming_every_bad_field(api, router_remote):
+    config = {**CONFIG, "trial_command": "python -m router --out {out}", "diff_budget": {"max_files": 0},
+              "sandbox_levels": ["chroot"], "colour": "blue"}
+    response = api.post(TARGETS, {"name": "router", "source": str(router_remote), "config": config}, format="json")
+    assert response.status_code == 400, response.content
+    body = response.json()
+    assert body["code"] == "evolution_config_invalid"
+    fields = body["extra"]["fields"]
+    assert set(fields) == {"trial_command", "diff_budget.max_files", "sandbox_levels", "colour"}, fields
+    assert "{task_id}" in fields["trial_command"]
+    assert "chroot" in fields["sandbox_levels"]
+    for name in fields:
+        assert name in body["message"]
+    # Without a config the repository's evolution.json is read; a source that is no repository names `source`.
+    response = api.post(TARGETS, {"name": "nowhere", "source": "/nonexistent/repo"}, format="json")
+    assert response.status_code == 400 and "source" in response.json()["extra"]["fields"]
+
+
+def test_targets_crud(api, router_remote, project, refund_insight, script):
+    response = api.post(TARGETS, {"name": "router", "source": str(router_remote)}, format="json")
+    assert response.status_code == 201, response.content
+    target = response.json()
+    assert target["config"]["trial_command"] == CONFIG["trial_command"]  # read from the repo's evolution.json
+    assert api.post(TARGETS, {"name": "router", "source": str(router_remote)}, format="json").json()["code"] \
+        == "target_exists"
+    url = f"{TARGETS}{target['id']}/"
+    assert api.get(url).json()["name"] == "router"
+    assert [row["name"] for row in api.get(TARGETS).json()["results"]] == ["router"]
+
+    bad = api.patch(url, {"config": {**CONFIG, "trials": 0}}, format="json")
+    assert bad.status_code == 400 and set(bad.json()["extra"]["fields"]) == {"trials"}
+    good = api.patch(url, {"config": {**CONFIG, "trials": 1}, "push_url": "/tmp/elsewhere.git"}, format="json")
+    assert good.status_code == 200 and good.json()["config"]["trials"] == 1
+    assert good.json()["push_url"] == "/tmp/elsewhere.git"
+
+    # A target with a job keeps it: 409; one without is deleted.
+    job = api.post(JOBS, {"target": target["id"], "insight": refund_insight.pk, "backend": "scripted",
+                          "backend_config": {"script_path": str(script)}}, format="json")
+    assert job.status_code == 201, job.content
+    assert api.delete(url).json()["code"] == "target_has_jobs"
+    other = api.post(TARGETS, {"name": "spare", "source": str(router_remote), "config": CONFIG}, format="json").json()
+    assert api.delete(f"{TARGETS}{other['id']}/").status_code == 204
+    assert api.get(f"{TARGETS}{other['id']}/").status_code == 404
+
+
+def test_jobs_create_list_filter_and_cancel(api, project, owner, router_target, refund_insight, script):
+    ticket = Ticket.objects.create(project=project, insight=refund_insight, fingerprint="f", title="refunds",
+                                   level="node", node="router", severity="high")
+    # No insight nor ticket, an unknown backend, a bad backend config, hot swap without its config: 400s.
+    for body, field in (({"target": router_target.pk, "backend": "scripted"}, "insight"),
+                        (_job_body(router_target, refund_insight, script, mode="canary"), "mode"),
+                        (_job_body(router_target, refund_insight, script, mode="hot_swap"), "mode")):
+        response = api.post(JOBS, body, format="json")
+        assert response.status_code == 400, response.content
+        assert field in response.json()["extra"]["fields"], response.json()
+    unknown = api.post(JOBS, _job_body(router_target, refund_insight, script, backend="telepathy"), format="json")
+    assert unknown.status_code == 400 and "telepathy" in unknown.json()["message"]
+    missing = api.post(JOBS, _job_body(router_target, refund_insight, script, backend_config={}), format="json")
+    assert missing.status_code == 400, missing.content
+
+    # By ticket: the ticket's insight is the one to fix.
+    response = api.post(JOBS, {"target": router_target.pk, "ticket": ticket.pk, "backend": "scripted",
+                               "backend_config": {"script_path": str(script)}}, format="json")
+    assert response.status_code == 201, response.content
+    job = response.json()
+    assert (job["state"], job["insight_id"], job["ticket_id"], job["mode"]) == \
+        ("QUEUED", refund_insight.pk, ticket.pk, "pr")
+    assert job["target"] == {"id": router_target.pk, "name": "router"}
+    assert EvolutionJob.objects.get(pk=job["id"]).created_by is None  # made with an API key
+
+    busy = api.post(JOBS, _job_body(router_target, refund_insight, script), format="json")
+    assert busy.status_code == 409 and busy.json()["code"] == "target_busy"
+
+    assert [row["id"] for row in api.get(JOBS).json()["results"]] == [job["id"]]
+    for query, expected in (("?state=QUEUED", [job["id"]]), ("?state=FAILED", []),
+                            (f"?target={router_target.pk}", [job["id"]]), ("?target=999999", []),
+                            (f"?insight={refund_insight.pk}", [job["id"]]), ("?active=false", [])):
+        assert [row["id"] for row in api.get(JOBS + query).json()["results"]] == expected, query
+    assert api.get(JOBS + "?state=SLEEPING").status_code == 400
+
+    cancelled = api.post(f"{JOBS}{job['id']}/cancel/")
+    assert cancelled.status_code == 200 and cancelled.json()["state"] == "CANCELLED"
+    again = api.post(f"{JOBS}{job['id']}/cancel/")
+    assert again.status_code == 409 and again.json()["code"] == "job_wrong_state"
+    assert api.post(f"{JOBS}{job['id']}/discard/").status_code == 409
+    assert AuditEvent.objects.filter(job_id=job["id"], event="stop_requested",
+                                     actor__startswith="api_key:").exists()
+
+
+def test_a_job_followed_to_its_verdict_then_approved_by_the_hash_seen(
+        api, issued_key, owner, router_target, refund_insight, script, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        response = api.post(JOBS, _job_body(router_target, refund_insight, script), format="json")
+    assert response.status_code == 201, response.content
+    job_id = response.json()["id"]
+    detail = api.get(f"{JOBS}{job_id}/").json()
+    assert detail["state"] == "AWAITING_CONSENT", (detail["terminal_reason"], detail["error"])
+    assert [s["stage"] for s in detail["stages"]][:4] == ["prepare", "baseline", "locate", "plan"]
+    assert all(s["status"] == "succeeded" for s in detail["stages"])
+    verdict = detail["verdict"]
+    assert verdict["verdict"]["decision"] == "PROMOTE_ELIGIBLE"
+    assert {r["name"] for r in verdict["verdict"]["rules"]} >= {"G0_hard_gates", "G1_target_delta", "G2_per_task"}
+    assert verdict["gates"] and all(g["passed"] for g in verdict["gates"])
+    targets = [t for t in verdict["tasks"] if t["kind"] == "target"]
+    assert targets and all(t["baseline_mean"] == 0 and t["candidate_mean"] == 1 for t in targets)
+    assert all(len(t["baseline"]) == len(t["candidate"]) >= 1 for t in verdict["tasks"])
+    kinds = {a["kind"] for a in detail["artifacts"]}
+    assert {"tasks", "diagnosis", "plan", "plan_review", "patch", "code_review", "gate_report", "matrix",
+            "verdict"} <= kinds
+    assert [e["to_state"] for e in detail["events"]][-1] == "AWAITING_CONSENT"
+
+    # The patch downloads as bytes whose hash is the candidate's: what approve must be sent.
+    candidate = detail["candidate"]
+    patch = [a for a in detail["artifacts"] if a["kind"] == "patch"][-1]
+    download = api.get(patch["download"])
+    assert download.status_code == 200 and download["Content-Type"] == "application/octet-stream"
+    assert "attachment" in download["Content-Disposition"]
+    assert hashlib.sha256(download.content).hexdigest() == candidate["patch_sha256"] == patch["sha256"]
+    assert b'+        return "refunds"' in download.content
+    assert api.get(f"{JOBS}{job_id}/artifacts/999999/").status_code == 404
+
+    # A hash the client did not get from this candidate: 409 with a message, nothing changes.
+    stale = api.post(f"{JOBS}{job_id}/approve/", {"patch_sha256": "0" * 64}, format="json")
+    assert stale.status_code == 409 and stale.json()["code"] == "patch_changed"
+    assert "review the current diff" in stale.json()["message"]
+    assert api.post(f"{JOBS}{job_id}/approve/", {"patch_sha256": "xyz"}, format="json").status_code == 400
+    assert EvolutionJob.objects.get(pk=job_id).state == "AWAITING_CONSENT"
+
+    # A key nobody owns cannot approve (nobody to record); the owner's key can.
+    orphan = api_key_create(project=router_target.project, name="robot", created_by=None)
+    robot = APIClient(HTTP_AUTHORIZATION=f"Bearer {orphan.secret}")
+    refused = robot.post(f"{JOBS}{job_id}/approve/", {"patch_sha256": candidate["patch_sha256"]}, format="json")
+    assert refused.status_code == 400 and refused.json()["code"] == "approver_missing"
+    with django_capture_on_commit_callbacks(execute=True):
+        approved = api.post(f"{JOBS}{job_id}/approve/", {"patch_sha256": candidate["patch_sha256"]}, format="json")
+    assert approved.status_code == 200, approved.content
+    detail = api.get(f"{JOBS}{job_id}/").json()
+    assert detail["state"] == "PR_OPENED", detail["error"]
+    assert detail["consent"]["by"] == owner.email and detail["consent"]["patch_sha256"] == candidate["patch_sha256"]
+    assert detail["pr_branch"] == f"evo/{job_id}/1"
+    assert AuditEvent.objects.filter(job_id=job_id, event="consent_via_api_key",
+                                     actor=f"api_key:{issued_key.api_key.pk}").exists()
+
+
+def test_discard_a_candidate_awaiting_consent(api, owner, router_target, refund_insight, script):
+    job_id = api.post(JOBS, _job_body(router_target, refund_insight, script), format="json").json()["id"]
+    # The consent wait reached directly: discarding only needs the state (the full run is tested above).
+    EvolutionJob.objects.filter(pk=job_id).update(state="AWAITING_CONSENT")
+    response = api.post(f"{JOBS}{job_id}/discard/")
+    assert response.status_code == 200, response.content
+    assert (response.json()["state"], response.json()["terminal_reason"]) == ("CANCELLED", "discarded")
+    assert AuditEvent.objects.filter(job_id=job_id, event="discarded", actor=f"user:{owner.pk}").exists()
+
+
+def test_another_projects_objects_are_404_and_no_key_is_401(api, outsider_project, outsider, router_remote,
+                                                            router_target, refund_insight, script):
+    from evolution.services import evolution_target_add
+    from tests.evolution.support import failing_traces_ingest, insight_for_traces
+
+    theirs = evolution_target_add(project=outsider_project, name="theirs", source=str(router_remote))
+    their_insight = insight_for_traces(project=outsider_project, title="theirs",
+                                       traces=failing_traces_ingest(project=outsider_project, tasks=[("x", 1)]))
+    assert api.get(f"{TARGETS}{theirs.pk}/").status_code == 404
+    assert api.patch(f"{TARGETS}{theirs.pk}/", {"push_url": "x"}, format="json").status_code == 404
+    assert api.post(JOBS, _job_body(theirs, refund_insight, script), format="json").status_code == 404
+    assert api.post(JOBS, _job_body(router_target, their_insight, script), format="json").status_code == 404
+    for method, url in (("get", TARGETS), ("get", JOBS), ("post", JOBS), ("get", f"{TARGETS}{router_target.pk}/")):
+        response = getattr(APIClient(), method)(url)
+        assert response.status_code == 401 and response.json()["code"] == "missing_credentials"
