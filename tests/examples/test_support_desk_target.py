@@ -178,6 +178,9 @@ def test_target_with_faults_built_in_behaves_like_the_switches(bugs: str | None,
     for row in (*expected, *actual):
         row.pop("trace_id")
     assert actual == expected
+    # Whichever faults are built in, the unit tests pass at baseline: they are a gate, not a judge of the faults.
+    tests = sh(command(EVOLUTION_CONFIG["test_command"]), cwd=repo, home=tmp_path)
+    assert tests.returncode == 0, tests.stdout + tests.stderr
 
 
 def test_health_tests_and_suite_commands(base: Path, tmp_path: Path) -> None:
