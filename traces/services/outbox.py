@@ -9,12 +9,13 @@ import time
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connections, router, transaction
 from django.db.models import F
 from django.utils import timezone
 
 from clear.celery import app as celery_app
 from traces.models import OutboxItem
+from traces.services.trace_rows import insert_select_parts, postgres, raw_cursor
 
 logger = logging.getLogger(__name__)
 
@@ -43,9 +44,22 @@ def outbox_enqueue(*, topic: str, keys: list[str], delay: timedelta = FINALIZE_D
     if not keys:
         return
     now = timezone.now()
-    OutboxItem.objects.bulk_create(
-        [OutboxItem(topic=topic, key=key, available_at=now + delay) for key in keys], ignore_conflicts=True
-    )
+    connection = connections[router.db_for_write(OutboxItem)]
+    if postgres(connection):
+        # One statement with server-side parameters: the ORM's bulk_create cost ~7% of an ingestion request.
+        quote = connection.ops.quote_name
+        columns, select, params = insert_select_parts(connection, OutboxItem, {
+            "topic": "%(topic)s::text", "key": "k", "created_at": "%(now)s::timestamptz",
+            "available_at": "%(available_at)s::timestamptz",
+        })
+        params.update(topic=topic, keys=list(keys), now=now, available_at=now + delay)
+        with connection.wrap_database_errors, raw_cursor(connection) as cursor:
+            cursor.execute(f"INSERT INTO {quote(OutboxItem._meta.db_table)} ({columns}) SELECT {select} "
+                           "FROM unnest(%(keys)s::text[]) AS k ON CONFLICT DO NOTHING", params)
+    else:
+        OutboxItem.objects.bulk_create(
+            [OutboxItem(topic=topic, key=key, available_at=now + delay) for key in keys], ignore_conflicts=True
+        )
     transaction.on_commit(lambda: _dispatch_after_commit(limit=len(keys) * 2), robust=True)
 
 

@@ -34,7 +34,7 @@ _CONTEXT_TYPES = {
 }
 
 
-def _postgres(connection) -> bool:
+def postgres(connection) -> bool:
     if connection.vendor != "postgresql":
         return False
     from django.db.backends.postgresql.psycopg_any import is_psycopg3
@@ -42,7 +42,7 @@ def _postgres(connection) -> bool:
     return is_psycopg3
 
 
-def _raw_cursor(connection):
+def raw_cursor(connection):
     """psycopg's server-side-binding cursor on Django's connection (inside its current transaction)."""
     import psycopg
 
@@ -50,31 +50,23 @@ def _raw_cursor(connection):
     return psycopg.Cursor(connection.connection)
 
 
-def _upsert_sql(connection) -> tuple[str, list[str]]:
+def insert_select_parts(connection, model, given: dict[str, str]) -> tuple[str, str, dict]:
+    """(column list, SELECT list, parameters) of an `INSERT INTO table (...) SELECT ...` of `model` rows: the
+    columns in `given` take its SQL expressions, every other column its field default as a typed parameter (the
+    model's defaults are Python-side, so a raw INSERT must spell them out)."""
     quote = connection.ops.quote_name
-    insert = [f for f in _TRACE_FIELDS if not f.primary_key]
-    values = []
-    for f in insert:
-        # Casts type the parameters (a None default would otherwise be text, whatever the column).
-        cast = f.db_type(connection)
-        if f.attname == "trace_id":
-            values.append("t")
-        elif f.attname in ("first_received_at", "last_received_at"):
-            values.append(f"%(now)s::{cast}")
-        elif f.attname == "project_id":
-            values.append(f"%(project)s::{cast}")
+    fields = [f for f in model._meta.concrete_fields if not f.primary_key]
+    template = model()
+    columns, values, params = [], [], {}
+    for f in fields:
+        columns.append(quote(f.column))
+        if f.attname in given:
+            values.append(given[f.attname])
         else:
-            values.append(f"%({f.attname})s::{cast}")
-    defaults = [f.attname for f in insert if f.attname not in ("trace_id", "first_received_at", "last_received_at",
-                                                                "project_id")]
-    returned = [f.column for f in _TRACE_FIELDS]
-    sql = (
-        f"INSERT INTO {quote(Trace._meta.db_table)} ({', '.join(quote(f.column) for f in insert)}) "
-        f"SELECT {', '.join(values)} FROM unnest(%(ids)s::text[]) WITH ORDINALITY AS u(t, n) ORDER BY n "
-        f"ON CONFLICT (project_id, trace_id) DO UPDATE SET last_received_at = EXCLUDED.last_received_at "
-        f"RETURNING {', '.join(quote(c) for c in returned)}, (xmax = 0)"
-    )
-    return sql, defaults
+            # The cast types the parameter (a None default would otherwise be text, whatever the column).
+            values.append(f"%(d_{f.attname})s::{f.db_type(connection)}")
+            params[f"d_{f.attname}"] = f.get_db_prep_save(getattr(template, f.attname), connection)
+    return ", ".join(columns), ", ".join(values), params
 
 
 def traces_upsert(*, project: Project, trace_ids: Iterable[str]) -> tuple[dict[str, Trace], set[str]]:
@@ -88,7 +80,7 @@ def traces_upsert(*, project: Project, trace_ids: Iterable[str]) -> tuple[dict[s
         return {}, set()
     alias = router.db_for_write(Trace)
     connection = connections[alias]
-    if not _postgres(connection):
+    if not postgres(connection):
         Trace.objects.bulk_create(
             [Trace(project=project, trace_id=t, first_received_at=now, last_received_at=now) for t in wanted],
             ignore_conflicts=True,
@@ -98,14 +90,22 @@ def traces_upsert(*, project: Project, trace_ids: Iterable[str]) -> tuple[dict[s
         for trace in rows.values():
             trace.last_received_at = now
         return rows, set()
-    sql, defaults = _upsert_sql(connection)
-    template = Trace()
-    params = {name: template._meta.get_field(name).get_db_prep_save(getattr(template, name), connection)
-              for name in defaults}
+    quote = connection.ops.quote_name
+    columns, select, params = insert_select_parts(connection, Trace, {
+        "trace_id": "t", "project_id": f"%(project)s::{Trace._meta.get_field('project').db_type(connection)}",
+        "first_received_at": "%(now)s::timestamptz",
+        "last_received_at": "%(now)s::timestamptz",
+    })
+    sql = (
+        f"INSERT INTO {quote(Trace._meta.db_table)} ({columns}) "
+        f"SELECT {select} FROM unnest(%(ids)s::text[]) WITH ORDINALITY AS u(t, n) ORDER BY n "
+        "ON CONFLICT (project_id, trace_id) DO UPDATE SET last_received_at = EXCLUDED.last_received_at "
+        f"RETURNING {', '.join(quote(f.column) for f in _TRACE_FIELDS)}, (xmax = 0)"
+    )
     params.update(ids=wanted, now=now, project=project.pk)
     attnames = [f.attname for f in _TRACE_FIELDS]
     rows, created = {}, set()
-    with connection.wrap_database_errors, _raw_cursor(connection) as cursor:
+    with connection.wrap_database_errors, raw_cursor(connection) as cursor:
         cursor.execute(sql, params)
         for record in cursor.fetchall():
             values = list(record[:-1])
@@ -126,7 +126,7 @@ def stored_spans_find(*, keys: Iterable[tuple[int, str]]) -> dict[tuple[int, str
     if not keys:
         return {}
     connection = connections[router.db_for_read(Span)]
-    if not _postgres(connection):
+    if not postgres(connection):
         by_trace: dict[int, set[str]] = {}
         for trace_pk, span_id in keys:
             by_trace.setdefault(trace_pk, set()).add(span_id)
@@ -140,7 +140,7 @@ def stored_spans_find(*, keys: Iterable[tuple[int, str]]) -> dict[tuple[int, str
         f"SELECT s.trace_id, s.span_id, s.kind, s.node, s.node_inferred FROM {table} s "
         "JOIN unnest(%s::bigint[], %s::text[]) AS k(t, id) ON s.trace_id = k.t AND s.span_id = k.id"
     )
-    with connection.wrap_database_errors, _raw_cursor(connection) as cursor:
+    with connection.wrap_database_errors, raw_cursor(connection) as cursor:
         cursor.execute(sql, [[k[0] for k in keys], [k[1] for k in keys]])
         return {(t, s): (kind, node, inferred) for t, s, kind, node, inferred in cursor.fetchall()}
 
@@ -155,7 +155,7 @@ def traces_context_save(*, traces: list[tuple[Trace, list[str]]]) -> None:
         return
     alias = router.db_for_write(Trace)
     connection = connections[alias]
-    if not _postgres(connection) or any(set(changed) - _CONTEXT_TYPES.keys() for _, changed in traces):
+    if not postgres(connection) or any(set(changed) - _CONTEXT_TYPES.keys() for _, changed in traces):
         for trace, changed in traces:
             trace.save(update_fields=sorted(set(changed)))
         return
@@ -178,5 +178,5 @@ def traces_context_save(*, traces: list[tuple[Trace, list[str]]]) -> None:
         f"UPDATE {quote(Trace._meta.db_table)} AS t SET {assignments} "
         f"FROM unnest({unnest}) AS v(id, {', '.join(quote(n) for n in names)}) WHERE t.id = v.id"
     )
-    with connection.wrap_database_errors, _raw_cursor(connection) as cursor:
+    with connection.wrap_database_errors, raw_cursor(connection) as cursor:
         cursor.execute(sql, arrays)
