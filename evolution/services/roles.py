@@ -15,18 +15,17 @@ from evolution.models import EvolutionJob, StageRun
 from evolution.services.workspace import Heartbeat
 
 _STR_LIST = {"type": "array", "items": {"type": "string"}}
+_EVIDENCE = {"type": "object", "properties": {"file": {"type": "string"}, "line": {"type": ["integer", "string"]},
+                                             "quote": {"type": "string", "maxLength": 400}}}
+_CLUSTER = {"type": "object", "required": ["title", "root_cause"], "properties": {
+    "id": {"type": ["string", "integer"]}, "title": {"type": "string"}, "task_ids": _STR_LIST,
+    "root_cause": {"type": "string"}, "confidence": {"type": ["number", "string"]},
+    "evidence": {"type": "array", "items": _EVIDENCE}}}
 SCHEMAS: dict[str, dict] = {
     Role.LOCATOR: {
         "type": "object", "required": ["clusters"],
-        "properties": {
-            "clusters": {"type": "array", "items": {"type": "object", "required": ["title", "root_cause"], "properties": {
-                "id": {"type": ["string", "integer"]}, "title": {"type": "string"}, "task_ids": _STR_LIST,
-                "root_cause": {"type": "string"}, "confidence": {"type": ["number", "string"]},
-                "evidence": {"type": "array", "items": {"type": "object", "properties": {
-                    "file": {"type": "string"}, "line": {"type": ["integer", "string"]},
-                    "quote": {"type": "string", "maxLength": 400}}}}}}},
-            "not_reproduced_task_ids": _STR_LIST, "notes": {"type": "string"},
-        },
+        "properties": {"clusters": {"type": "array", "items": _CLUSTER}, "not_reproduced_task_ids": _STR_LIST,
+                       "notes": {"type": "string"}},
     },
     Role.PLANNER: {
         "type": "object", "required": ["changes"],

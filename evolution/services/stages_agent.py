@@ -28,7 +28,8 @@ def _latest(*, job: EvolutionJob, kind: str, iteration_n: int | None = None) -> 
 def _targets_block(job: EvolutionJob) -> str:
     tasks = []
     for task in job.tasks.filter(kind=TaskSpec.Kind.TARGET):
-        reasons = [r for run in TrialRun.objects.filter(task=task, arm="baseline") for r in run.grade.get("reasons", [])]
+        runs = TrialRun.objects.filter(task=task, arm="baseline")
+        reasons = [reason for run in runs for reason in run.grade.get("reasons", [])]
         tasks.append({"task_id": task.task_id, "seed": task.seed, "trace_id": task.trace_id,
                       "baseline_grader_reasons": sorted(set(map(str, reasons)))[:10]})
     return data_block("failing_tasks", tasks)

@@ -42,7 +42,7 @@ def last_json(text: str):
         return None
 
 
-# --- the task snapshot -------------------------------------------------------------------------------------------------
+# --- the task snapshot ------------------------------------------------------------------------------------------------
 
 
 def _insight_failing_traces(*, job: EvolutionJob) -> list[tuple[str, int, str]]:
@@ -113,7 +113,7 @@ def job_tasks_snapshot(*, job: EvolutionJob, should_stop=None) -> list[TaskSpec]
     return TaskSpec.objects.bulk_create(specs.values())
 
 
-# --- trials ------------------------------------------------------------------------------------------------------------
+# --- trials -----------------------------------------------------------------------------------------------------------
 
 
 def _grade(*, job: EvolutionJob, task: TaskSpec, out: Path, proc: ProcResult, should_stop) -> tuple[float, bool, dict]:

@@ -89,7 +89,7 @@ def worktree_at(*, job: EvolutionJob, commit: str) -> Path:
     return worktree
 
 
-# --- artifacts ---------------------------------------------------------------------------------------------------------
+# --- artifacts --------------------------------------------------------------------------------------------------------
 
 
 def artifact_store(*, job: EvolutionJob, kind: str, name: str, content: bytes | str | dict | list,

@@ -220,6 +220,7 @@ def worker_evolution_dir(settings):
     return settings.CLEAR_EVOLUTION_DIR
 
 
+@pytest.mark.worker
 def test_the_stage_chain_runs_through_a_real_worker(celery_worker, worker_evolution_dir, project, owner,
                                                     router_target, refund_insight, tmp_path):
     job = _start(project, router_target, refund_insight, tmp_path, happy_entries(replace_edit(FIXED_BRANCH)),

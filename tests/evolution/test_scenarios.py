@@ -8,10 +8,11 @@ import subprocess
 import pytest
 
 from evolution.models import Artifact, AuditEvent, Iteration, StageRun, TaskSpec, TrialRun
-from evolution.services import evolution_job_consent, evolution_job_start
+from evolution.services import evolution_job_consent, evolution_job_start, job_transition
+from evolution.services.stages import stage_execute
 from evolution.services.workspace import artifact_read, job_paths
 from tests.evolution.fixture_repo import (
-    FIXED_BRANCH, PARTIAL_BRANCH, REGRESSING_BRANCH, REGRESSION_TASKS, TARGET_TASKS, replace_edit,
+    CONFIG, FIXED_BRANCH, PARTIAL_BRANCH, REGRESSING_BRANCH, REGRESSION_TASKS, TARGET_TASKS, replace_edit,
 )
 from tests.evolution.support import (
     APPROVE_CODE, DONE, LOCATOR_OUTPUT, PLAN_OUTPUT, happy_entries, prompts, script_write,
@@ -84,12 +85,59 @@ def test_happy_path_to_a_pull_request_branch(run_job, owner, router_remote, djan
     assert not job_paths(job_id=job.pk).worktree.exists()  # the job's worktree is gone once it ended
 
 
-def test_consent_with_a_stale_patch_hash_is_refused(run_job, owner):
+def test_consent_and_promotion_both_check_the_patch_hash(run_job, owner, router_remote):
     job = run_job(happy_entries(replace_edit(FIXED_BRANCH)), policy={"trials": 1})
     with pytest.raises(Exception, match="not the candidate's"):
         evolution_job_consent(job=job, user=owner, patch_sha256="0" * 64)
     job.refresh_from_db()
     assert job.state == "AWAITING_CONSENT"
+    # Consent recorded for another patch than the one promote finds (say the row was tampered with): no push.
+    job_transition(job_id=job.pk, from_states=["AWAITING_CONSENT"], to_state="PROMOTING", actor="test",
+                   event="consented", consent_by=owner, consent_patch_sha256="1" * 64)
+    assert stage_execute(job_id=job.pk, stage="promote") == "patch_changed"
+    job.refresh_from_db()
+    assert (job.state, job.terminal_reason) == ("FAILED", "patch_changed")
+    assert [b for b in _branches(router_remote) if b.startswith("evo/")] == []
+
+
+def test_the_grader_comes_from_the_base_commit_even_when_the_candidate_may_edit_it(
+        project, router_remote, refund_insight, tmp_path, django_capture_on_commit_callbacks):
+    from evolution.services import evolution_target_add
+
+    target = evolution_target_add(project=project, name="router-open", source=str(router_remote), config={
+        **CONFIG, "editable_paths": ["router/**", "grading/**"], "denied_paths": []})
+    cheat = {"path": "grading/grade.py", "write": "print('{\"score\": 1.0, \"passed\": true}')\n"}
+    script = script_write(tmp_path / "cheat.json", happy_entries(cheat))
+    with django_capture_on_commit_callbacks(execute=True):
+        job = evolution_job_start(project=project, target=target, insight=refund_insight, backend_name="scripted",
+                                  backend_config={"script_path": str(script)},
+                                  policy_overrides={"trials": 1, "max_iterations": 1})
+    job.refresh_from_db()
+    assert (job.state, job.terminal_reason) == ("NO_IMPROVEMENT", "no_improvement"), job.error
+    assert not any(r.passed for r in TrialRun.objects.filter(job=job, arm="candidate", task__kind="target"))
+
+
+def test_targets_of_earlier_promoted_fixes_become_regressions(project, router_remote, refund_insight, owner):
+    from evolution.services import evolution_target_add
+    from evolution.services.trials import job_tasks_snapshot
+    from tests.evolution.support import failing_traces_ingest, insight_for_traces
+
+    target = evolution_target_add(project=project, name="router-nosuite", source=str(router_remote),
+                                  config={**CONFIG, "suite_command": ""})
+    first = evolution_job_start(project=project, target=target, insight=refund_insight, backend_name="scripted",
+                                backend_config={"script": {"entries": []}}, enqueue=False)
+    assert {t.task_id for t in job_tasks_snapshot(job=first)} == set(TARGET_TASKS)
+    job_transition(job_id=first.pk, from_states=["QUEUED"], to_state="CANCELLED", actor="test", event="x")
+    traces = failing_traces_ingest(project=project, tasks=[("where-is-order", 3)])
+    shipping = insight_for_traces(project=project, traces=traces, title="Late packages go to general")
+    second = evolution_job_start(project=project, target=target, insight=shipping, backend_name="scripted",
+                                 backend_config={"script": {"entries": []}}, enqueue=False)
+    kinds = {(t.task_id, t.kind, t.source) for t in job_tasks_snapshot(job=second)}
+    assert kinds == {("where-is-order", "target", "insight_trace")}  # the first job was not promoted
+    type(first).objects.filter(pk=first.pk).update(state="PR_OPENED")
+    kinds = {(t.task_id, t.seed, t.kind, t.source) for t in job_tasks_snapshot(job=second)}
+    assert kinds == {("where-is-order", 3, "target", "insight_trace"),
+                     *{(task, 7, "regression", "promoted") for task in TARGET_TASKS}}
 
 
 def _entries_with(role, *replacements, base=None):

@@ -3,7 +3,9 @@
 from types import SimpleNamespace
 
 from evolution.config import DEPTHS, job_policy_build, target_config_validate
-from evolution.services.gates import gate_dependencies, gate_diff_budget, gate_paths, gate_secrets, gate_tests, glob_match
+from evolution.services.gates import (
+    gate_dependencies, gate_diff_budget, gate_paths, gate_secrets, gate_tests, glob_match,
+)
 from evolution.services.verdict import TaskResult, cascade_continue, verdict_compute
 from tests.evolution.fixture_repo import CONFIG
 
@@ -34,7 +36,8 @@ def test_a_pass_n_to_fail_n_flip_rejects_whatever_the_targets_gain():
 
 def test_flaky_regression_within_tolerance_passes_but_a_stable_one_may_not_drop():
     flaky = [_task("t1", "target", [FAIL, FAIL], [PASS, PASS]),
-             _task("r1", "regression", [PASS, FAIL], [FAIL, FAIL]), _task("r2", "regression", [PASS, PASS], [PASS, PASS])]
+             _task("r1", "regression", [PASS, FAIL], [FAIL, FAIL]),
+             _task("r2", "regression", [PASS, PASS], [PASS, PASS])]
     verdict = verdict_compute(results=flaky, gates_passed=True, policy={**POLICY, "max_regression_drop": 0.5})
     assert verdict.decision == "PROMOTE_ELIGIBLE"
     stable = [_task("t1", "target", [FAIL, FAIL], [PASS, PASS]), _task("r1", "regression", [PASS, PASS], [PASS, FAIL])]

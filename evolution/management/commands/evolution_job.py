@@ -117,7 +117,8 @@ class Command(BaseCommand):
             summary = getattr(getattr(it, "verdict_record", None), "summary", "") or it.failure_reason
             self.stdout.write(f"  iteration {it.n}: {it.status} {summary}")
         if job.best_iteration:
-            self.stdout.write(f"  best: iteration {job.best_iteration.n}, patch sha256 {job.best_iteration.patch_sha256}")
+            best = job.best_iteration
+            self.stdout.write(f"  best: iteration {best.n}, patch sha256 {best.patch_sha256}")
         if job.pr_branch:
             self.stdout.write(f"  branch {job.pr_branch} pushed to {job.config_snapshot.get('push_url')}")
         if job.error:
