@@ -209,6 +209,7 @@ class JobCreateApi(ProjectApi):
 
     @extend_schema(operation_id="evolution_jobs_create", request=InputSerializer,
                    responses={201: JobOutputSerializer,
+                              404: OpenApiResponse(description="the target, insight or ticket is not in this project"),
                               409: OpenApiResponse(description="target_busy: the target has an active job")})
     def post(self, request: Request) -> Response:
         project = self.project(request)

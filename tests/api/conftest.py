@@ -20,6 +20,8 @@ from diagnosis.models import (
     Rubric,
     RunTrace,
 )
+from evolution.models import EvolutionJob, EvolutionTarget
+from evolution.services.workspace import artifact_store
 from traces.models import Score, Span, Trace
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=timezone.utc)
@@ -61,6 +63,9 @@ class ProjectData:
     statement: InsightStatement
     evidence: InsightEvidence
     ticket: Ticket
+    target: EvolutionTarget
+    job: EvolutionJob
+    artifact: object
     marker: str  # in every name and title of this project's objects: another project's reads must not show it
 
     def client(self) -> APIClient:
@@ -85,7 +90,8 @@ def make_project_data(project, user) -> ProjectData:
     delivery = WebhookDelivery.objects.create(webhook=webhook, project=project, event="diagnosis_run.finished",
                                               payload={"event": "diagnosis_run.finished", "data": marker})
     insight = Insight.objects.create(project=project, level=Insight.Level.NODE, node="planner",
-                                     title=f"skips the lookup {marker}", count=1, trace_count=1, frequency=1.0, last_seen=T0)
+                                     title=f"skips the lookup {marker}", count=1, trace_count=1, frequency=1.0,
+                                     last_seen=T0)
     statement = InsightStatement.objects.create(project=project, run=run, feedback=feedback, trace=trace,
                                                 kind="issue", text="skipped the lookup", node="planner",
                                                 judge="rule.span_error", node_insight=insight)
@@ -97,10 +103,22 @@ def make_project_data(project, user) -> ProjectData:
     ticket = Ticket.objects.create(project=project, insight=insight, fingerprint=marker, title=f"ticket {marker}",
                                    level="node", node="planner", severity="medium")
     IssueTrackerConnection.objects.create(project=project, repository=f"acme/{marker}", token="ghp_" + marker)
+    target = EvolutionTarget.objects.create(project=project, name=f"agent {marker}", source="/nonexistent/agent",
+                                            config={"editable_paths": ["agent/**"],
+                                                    "trial_command": "python run.py --task {task_id} --out {out}",
+                                                    "grader_command": "python grade.py --out {out}"})
+    job = EvolutionJob.objects.create(project=project, target=target, insight=insight, ticket=ticket,
+                                      backend_name="scripted", backend_config={"script": {"entries": []}})
+    artifact = artifact_store(job=job, kind="plan", name="plan.json", content={"plan": marker})
     return ProjectData(project=project, key=key, trace=trace, run=run, feedback=feedback, rubric=rubric,
                        webhook=webhook, delivery=delivery, insight=insight, statement=statement, evidence=evidence,
-                       ticket=ticket,
+                       ticket=ticket, target=target, job=job, artifact=artifact,
                        marker=marker)
+
+
+@pytest.fixture(autouse=True)
+def _evolution_dir(tmp_path, settings):
+    settings.CLEAR_EVOLUTION_DIR = tmp_path / "evolution"  # where the evolution artifacts above are stored
 
 
 @pytest.fixture(autouse=True)

@@ -12,6 +12,7 @@ from rest_framework.test import APIClient
 from clear.webhooks.models import Webhook
 from diagnosis.models import DiagnosisRun, Insight, InsightStatement, Rubric
 from diagnosis.tickets.models import Ticket
+from evolution.models import EvolutionJob, EvolutionTarget
 from traces.models import Trace
 
 pytestmark = pytest.mark.django_db
@@ -29,6 +30,9 @@ PATH_OBJECTS = {
     "webhook_id": lambda data: data.webhook.id,
     "insight_id": lambda data: data.insight.id,
     "ticket_id": lambda data: data.ticket.id,
+    "target_id": lambda data: data.target.id,
+    "job_id": lambda data: data.job.id,
+    "artifact_id": lambda data: data.artifact.id,
 }
 # The row field that identifies each list's objects, and that object in a project's data.
 LISTS = {
@@ -42,6 +46,8 @@ LISTS = {
     "/api/v1/insights/{insight_id}/evidence/": ("id", lambda data: data.evidence.id),
     "/api/v1/insights/{insight_id}/statements/": ("id", lambda data: data.statement.id),
     "/api/v1/webhooks/{webhook_id}/deliveries/": ("id", lambda data: str(data.delivery.id)),
+    "/api/v1/evolution/targets/": ("id", lambda data: data.target.id),
+    "/api/v1/evolution/jobs/": ("id", lambda data: data.job.id),
 }
 BODIES = {
     ("POST", "/api/v1/traces/{trace_id}/outcome/"): {"outcome": "failure"},
@@ -52,6 +58,8 @@ BODIES = {
     ("POST", "/api/v1/insights/{insight_id}/status/"): {"status": "fixed"},
     ("POST", "/api/v1/insights/{insight_id}/merge/"): {"into": 1},
     ("POST", "/api/v1/insights/{insight_id}/split/"): {"statement_ids": [1]},
+    ("PATCH", "/api/v1/evolution/targets/{target_id}/"): {"push_url": "/tmp/elsewhere.git"},
+    ("POST", "/api/v1/evolution/jobs/{job_id}/approve/"): {"patch_sha256": "0" * 64},
 }
 # Query parameters of operations that name objects in their query (a project's own objects).
 QUERY_OBJECTS = {
@@ -60,14 +68,23 @@ QUERY_OBJECTS = {
 QUERIES = {path: (lambda data, make=make: "?" + urlencode(make(data))) for path, make in QUERY_OBJECTS.items()}
 # Requests whose query or body names another project's object: 404 as for an id in the path.
 FOREIGN_REFERENCES = {
-    "compare base_run": ("GET", lambda mine, theirs: f"/api/v1/compare/?base_run={theirs.run.id}&head_run={mine.run.id}",
-                         None),
-    "compare head_run": ("GET", lambda mine, theirs: f"/api/v1/compare/?base_run={mine.run.id}&head_run={theirs.run.id}",
-                         None),
+    "compare base_run": ("GET", lambda mine, theirs:
+                         f"/api/v1/compare/?base_run={theirs.run.id}&head_run={mine.run.id}", None),
+    "compare head_run": ("GET", lambda mine, theirs:
+                         f"/api/v1/compare/?base_run={mine.run.id}&head_run={theirs.run.id}", None),
     "merge into": ("POST", lambda mine, theirs: f"/api/v1/insights/{mine.insight.id}/merge/",
                    lambda mine, theirs: {"into": theirs.insight.id}),
     "split statements": ("POST", lambda mine, theirs: f"/api/v1/insights/{mine.insight.id}/split/",
                          lambda mine, theirs: {"statement_ids": [theirs.statement.id]}),
+    "evolution job target": ("POST", lambda mine, theirs: "/api/v1/evolution/jobs/",
+                             lambda mine, theirs: {"target": theirs.target.id, "insight": mine.insight.id,
+                                                   "backend": "scripted", "backend_config": {"script": {}}}),
+    "evolution job insight": ("POST", lambda mine, theirs: "/api/v1/evolution/jobs/",
+                              lambda mine, theirs: {"target": mine.target.id, "insight": theirs.insight.id,
+                                                    "backend": "scripted", "backend_config": {"script": {}}}),
+    "evolution job ticket": ("POST", lambda mine, theirs: "/api/v1/evolution/jobs/",
+                             lambda mine, theirs: {"target": mine.target.id, "ticket": theirs.ticket.id,
+                                                   "backend": "scripted", "backend_config": {"script": {}}}),
 }
 
 
@@ -133,6 +150,8 @@ def test_another_projects_object_is_not_found(method, path, mine, theirs):
     assert Rubric.objects.get(pk=theirs.rubric.pk).name == theirs.rubric.name
     assert Webhook.objects.get(pk=theirs.webhook.pk).active
     assert Ticket.objects.get(pk=theirs.ticket.pk).status == Ticket.Status.OPEN
+    assert EvolutionTarget.objects.get(pk=theirs.target.pk).push_url == ""
+    assert EvolutionJob.objects.get(pk=theirs.job.pk).state == "QUEUED"
     _assert_insight_untouched(theirs)
     # The owner reaches the same object.
     if method == "GET":
