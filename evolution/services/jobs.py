@@ -105,8 +105,9 @@ def evolution_job_start(*, project, target: EvolutionTarget, insight, backend_na
     """Queue a job on a target for an insight; refuses a second active job on the same target."""
     from evolution.backends import backend_get
 
-    if target.project_id != project.pk or insight.project_id != project.pk:
-        raise NotFoundError("The target and the insight must belong to this project")
+    if target.project_id != project.pk or insight.project_id != project.pk or (
+            ticket is not None and ticket.project_id != project.pk):
+        raise NotFoundError("The target, the insight and the ticket must belong to this project")
     target_config = target_config_validate(target.config)
     policy = job_policy_build(depth=depth, target_config=target_config, overrides=policy_overrides)
     backend = backend_get(name=backend_name, config=backend_config)  # unknown name or bad config: BackendError
@@ -121,8 +122,7 @@ def evolution_job_start(*, project, target: EvolutionTarget, insight, backend_na
             if connection.vendor == "postgresql":  # serialises concurrent starts on one target (§7.2)
                 with connection.cursor() as cursor:
                     cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [7310, target.pk])
-            if EvolutionJob.objects.filter(target=target).exclude(state__in=TERMINAL_STATES).exists():
-                raise IntegrityError("active job")
+            _target_idle_check(target=target)
             job = EvolutionJob.objects.create(
                 project=project, target=target, insight=insight, ticket=ticket, depth=depth,
                 backend_name=backend_name, backend_config=backend_config, created_by=created_by,
@@ -131,18 +131,21 @@ def evolution_job_start(*, project, target: EvolutionTarget, insight, backend_na
             AuditEvent.objects.create(job=job, actor=actor, event="created", to_state=job.state,
                                       data={"insight": insight.pk, "backend": backend_name, "depth": depth,
                                             "backend_version": preflight.version})
-    except IntegrityError as exc:
-        active = EvolutionJob.objects.filter(target=target).exclude(state__in=TERMINAL_STATES).first()
-        raise TargetBusyError(
-            f"Target {target.name!r} already has an active job ({active.pk if active else '?'}); "
-            "wait for it to finish or cancel it",
-            extra={"job": active.pk if active else None},
-        ) from exc
+    except IntegrityError:  # the partial unique index caught a concurrent start the lock did not (SQLite)
+        _target_idle_check(target=target)
+        raise
     if enqueue:
         from evolution.services.stages import stage_enqueue
 
         transaction.on_commit(lambda: stage_enqueue(job_id=job.pk, stage="prepare"))
     return job
+
+
+def _target_idle_check(*, target: EvolutionTarget) -> None:
+    active = EvolutionJob.objects.filter(target=target).exclude(state__in=TERMINAL_STATES).first()
+    if active is not None:
+        raise TargetBusyError(f"Target {target.name!r} already has an active job ({active.pk}); wait for it to "
+                              "finish or cancel it", extra={"job": active.pk})
 
 
 def evolution_job_cancel(*, job: EvolutionJob, actor: str = "system") -> EvolutionJob:

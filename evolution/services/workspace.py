@@ -7,6 +7,7 @@ import hashlib
 import json
 import shutil
 import threading
+import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,9 @@ from django.utils import timezone
 from evolution import git
 from evolution.config import evolution_dir
 from evolution.models import Artifact, EvolutionJob, Iteration, StageRun
+
+logger = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class JobPaths:
@@ -183,10 +187,14 @@ class Heartbeat:
 
         try:
             while not self._done.wait(self.every_s):
-                EvolutionJob.objects.filter(pk=self.job_id).update(heartbeat_at=timezone.now())
-                if EvolutionJob.objects.filter(pk=self.job_id, stop_requested=True).exists():
-                    for hook in list(self._hooks):
-                        hook()
+                try:
+                    EvolutionJob.objects.filter(pk=self.job_id).update(heartbeat_at=timezone.now())
+                    if EvolutionJob.objects.filter(pk=self.job_id, stop_requested=True).exists():
+                        for hook in list(self._hooks):
+                            hook()
+                except Exception:  # a missed beat is retried next time; the janitor only acts after many
+                    logger.exception("evolution: heartbeat of job %s failed", self.job_id)
+                    connection.close()
         finally:
             connection.close()
 
