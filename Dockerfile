@@ -8,4 +8,4 @@ COPY pyproject.toml README.md ./
 COPY . .
 RUN pip install -e . && SECRET_KEY=build-only python manage.py collectstatic --noinput -v 0
 EXPOSE 8000
-CMD ["gunicorn", "clear.wsgi:application", "--bind", "0.0.0.0:8000", "--workers", "4", "--threads", "4"]
+CMD ["gunicorn", "clear.wsgi:application", "--bind", "0.0.0.0:8000", "--workers", "4", "--threads", "2", "--timeout", "120"]
