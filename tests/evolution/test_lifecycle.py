@@ -238,3 +238,27 @@ def test_the_stage_chain_runs_through_a_real_worker(celery_worker, worker_evolut
     assert set(StageRun.objects.filter(job=job).values_list("status", flat=True)) == {"succeeded"}
     evolution_job_consent(job=job, user=owner, patch_sha256=job.best_iteration.patch_sha256)
     _wait(lambda: EvolutionJob.objects.filter(pk=job.pk, state="PR_OPENED").exists(), timeout=120, what="PR_OPENED")
+
+
+@pytest.mark.worker
+def test_a_worker_killed_mid_trials_is_failed_by_the_janitor(celery_worker, worker_evolution_dir, settings, project,
+                                                             router_remote, refund_insight, tmp_path):
+    target = evolution_target_add(project=project, name="router-slow", source=str(router_remote),
+                                  config={**CONFIG, "trial_timeout_s": 300})
+    marker = f"evo-crash-{uuid.uuid4().hex}"
+    edit = {"path": "router/agent.py", "write": SLEEPY_AGENT.replace("MARKER", marker)}
+    job = _start(project, target, refund_insight, tmp_path, happy_entries(edit), {"trials": 1})
+    _wait(lambda: _marker_pids(marker), timeout=300, what="the candidate trial to run in the worker")
+    assert EvolutionJob.objects.get(pk=job.pk).state == "TRIALS"
+    celery_worker.kill()  # SIGKILL, as the OOM killer would
+    settings.CLEAR_EVOLUTION_STALE_SECONDS = 1
+    _wait(lambda: janitor_run()["failed"] == [job.pk], timeout=60, what="the janitor to see the stale heartbeat")
+    job.refresh_from_db()
+    assert (job.state, job.terminal_reason) == ("FAILED", "worker_lost")
+    assert StageRun.objects.get(job=job, stage="trials").outcome == "WORKER_LOST"
+    if job.sandbox_level == "bwrap":  # --die-with-parent: the sandbox goes with the worker
+        _wait(lambda: not _marker_pids(marker), timeout=10, what="the sandboxed trial to die with its worker")
+    # The unacknowledged trials message comes back to a new worker, which finds the job ended and does nothing.
+    celery_worker.start()
+    _wait(lambda: "'gone'" in celery_worker.log_path.read_text(), timeout=60, what="the redelivered stage")
+    assert not TrialRun.objects.filter(job=job, arm="candidate").exists()
