@@ -98,10 +98,15 @@ def trials(*, job: EvolutionJob, stage_run: StageRun, iteration: int, round_: in
     it = iteration_current(job=job)
     guard = StopGuard(job_id=job.pk)
     targets = list(job.tasks.filter(kind=TaskSpec.Kind.TARGET))
+    # The cascade of §7.9: one trial of each target; all n only if that improved on the baseline; then the
+    # regressions only if the targets still improve.
     trials_run(job=job, arm=TrialRun.Arm.CANDIDATE, commit=it.candidate_commit, tasks=targets, iteration=it,
-               should_stop=guard)
-    results = _results(job=job, iteration=it)
-    ran_regressions = cascade_continue(results=results)
+               should_stop=guard, max_trials=1)
+    ran_regressions = False
+    if cascade_continue(results=_results(job=job, iteration=it)):
+        trials_run(job=job, arm=TrialRun.Arm.CANDIDATE, commit=it.candidate_commit, tasks=targets, iteration=it,
+                   should_stop=guard)
+        ran_regressions = cascade_continue(results=_results(job=job, iteration=it))
     if ran_regressions:
         trials_run(job=job, arm=TrialRun.Arm.CANDIDATE, commit=it.candidate_commit,
                    tasks=list(job.tasks.filter(kind=TaskSpec.Kind.REGRESSION)), iteration=it, should_stop=guard)

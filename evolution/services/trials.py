@@ -139,14 +139,14 @@ def _grade(*, job: EvolutionJob, task: TaskSpec, out: Path, proc: ProcResult, sh
 
 
 def trials_run(*, job: EvolutionJob, arm: str, commit: str, tasks: list[TaskSpec], iteration: Iteration | None,
-               should_stop) -> list[TrialRun]:
-    """n trials of each task at `commit`, paired by trial index with the other arm (same seeds). Trials already
-    recorded (a redelivered stage) are kept, not re-run."""
+               should_stop, max_trials: int | None = None) -> list[TrialRun]:
+    """n trials of each task at `commit` (at most max_trials), paired by trial index with the other arm (same
+    seeds). Trials already recorded (a redelivered stage, or the first trial of the cascade) are kept, not re-run."""
     iteration_n = iteration.n if iteration else 0
     paths = job_paths(job_id=job.pk)
     runs = []
     for task in tasks:
-        for trial_n in range(task.trials):
+        for trial_n in range(min(task.trials, max_trials or task.trials)):
             existing = TrialRun.objects.filter(job=job, iteration_n=iteration_n, task=task, arm=arm,
                                                trial_n=trial_n).first()
             if existing is not None:

@@ -206,15 +206,17 @@ def test_no_improvement_over_two_iterations_keeps_the_best_candidate(run_job):
     noop = {"path": "router/agent.py", "replace": {"old": '"""Routes a support message to a queue."""',
                                                    "new": '"""Routes a support message to a queue (v2)."""'}}
     entries = happy_entries(replace_edit(PARTIAL_BRANCH), iteration=1) + happy_entries(noop, iteration=2)
-    job = run_job(entries, policy={"trials": 1, "max_iterations": 2})
+    job = run_job(entries, policy={"trials": 2, "max_iterations": 2})
     assert (job.state, job.terminal_reason) == ("NO_IMPROVEMENT", "budget_exhausted"), job.error
     first, second = Iteration.objects.filter(job=job).order_by("n")
     assert first.verdict == "NEED_MORE_WORK" and round(first.score, 3) == 0.333
     assert second.verdict == "NO_IMPROVEMENT" and second.score == 0.0
     assert job.best_iteration == first  # by score, not the most recent
-    # The cascade: iteration 2 did not improve the targets, so its regressions never ran.
+    # The cascade: iteration 2's first trial of each target showed no gain, so nothing more of it ran.
     assert not TrialRun.objects.filter(iteration=second, task__kind="regression").exists()
-    assert TrialRun.objects.filter(iteration=first, task__kind="regression").count() == 3
+    assert TrialRun.objects.filter(iteration=second, task__kind="target").count() == 3
+    assert TrialRun.objects.filter(iteration=first, task__kind="regression").count() == 3 * 2
+    assert TrialRun.objects.filter(iteration=first, task__kind="target").count() == 3 * 2
     locator = [p for p in prompts(job) if p["role"] == "locator"]
     assert "NEED_MORE_WORK" in locator[1]["user_input"]  # the next Locator hears how iteration 1 went
 
