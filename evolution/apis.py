@@ -332,13 +332,17 @@ class JobArtifactApi(ProjectApi):
         project = self.project(request)
         job = evolution_job_get(project=project, job_id=job_id)
         artifact = evolution_artifact_get(project=project, job=job, artifact_id=artifact_id)
-        try:
-            data = artifact_read(artifact=artifact)
-        except FileNotFoundError as exc:
-            raise NotFoundError(f"Artifact {artifact.pk}'s file is gone from the artifact store",
-                                code="artifact_missing", extra={"sha256": artifact.sha256}) from exc
-        # Always a download: artifacts hold model and trace output, never rendered by the browser.
-        response = HttpResponse(data, content_type="application/octet-stream")
-        safe_name = "".join(c if c.isalnum() or c in "._-" else "_" for c in artifact.name) or "artifact"
-        response["Content-Disposition"] = f'attachment; filename="job-{job.pk}-{safe_name}"'
-        return response
+        return artifact_response(job=job, artifact=artifact)
+
+
+def artifact_response(*, job: EvolutionJob, artifact) -> HttpResponse:
+    """An artifact as a download, never rendered by the browser: artifacts hold model and trace output."""
+    try:
+        data = artifact_read(artifact=artifact)
+    except FileNotFoundError as exc:
+        raise NotFoundError(f"Artifact {artifact.pk}'s file is gone from the artifact store",
+                            code="artifact_missing", extra={"sha256": artifact.sha256}) from exc
+    response = HttpResponse(data, content_type="application/octet-stream")
+    safe_name = "".join(c if c.isalnum() or c in "._-" else "_" for c in artifact.name) or "artifact"
+    response["Content-Disposition"] = f'attachment; filename="job-{job.pk}-{safe_name}"'
+    return response

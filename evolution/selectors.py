@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from django.db.models import QuerySet
 
 from clear.errors import NotFoundError
 from clear.projects.models import Project
+from evolution.config import evolution_dir
 from evolution.models import (
     TERMINAL_STATES, Artifact, AuditEvent, EvolutionJob, EvolutionTarget, Iteration, StageRun, TaskSpec, TrialRun,
     Verdict,
@@ -161,3 +163,39 @@ def evolution_job_review(*, project: Project, job: EvolutionJob) -> list[Iterati
             iteration=it, verdict=verdict, gates=list((it.metrics or {}).get("gates", [])), tasks=rows,
             artifacts={kind: art for (n, kind), art in latest.items() if n == it.n}))
     return reviews
+
+
+# --- hot-swap releases of a target (the release history page) ------------------------------------------------------
+
+def evolution_target_releases_root(*, target: EvolutionTarget) -> Path:
+    """Where a target's hot-swap releases live (evolution/deploy: releases/, current, state.json)."""
+    return evolution_dir() / "releases" / str(target.pk)
+
+
+@dataclass
+class TargetReleases:
+    root: Path
+    hot_swap: bool  # the target's config has a hot_swap section
+    state: object | None  # evolution.deploy.state.ReleaseState; None before the first release
+    current: str | None
+    error: str = ""
+
+
+def evolution_target_releases(*, project: Project, target: EvolutionTarget) -> TargetReleases:
+    """The target's release record as the deploy library keeps it on disk, newest swap first."""
+    from evolution.deploy import release_current_get, release_state_get
+    from evolution.errors import EvolutionError
+
+    if target.project_id != project.pk:
+        raise TargetNotFoundError(f"No evolution target {target.pk} in this project")
+    root = evolution_target_releases_root(target=target)
+    hot_swap = bool((target.config or {}).get("hot_swap"))
+    if not (root / "state.json").exists():
+        return TargetReleases(root=root, hot_swap=hot_swap, state=None, current=None)
+    try:
+        state = release_state_get(releases_root=root)
+    except EvolutionError as exc:  # a corrupt state.json: say so on the page, the symlink still tells the truth
+        return TargetReleases(root=root, hot_swap=hot_swap, state=None,
+                              current=release_current_get(releases_root=root), error=exc.message)
+    state.history = list(reversed(state.history))
+    return TargetReleases(root=root, hot_swap=hot_swap, state=state, current=release_current_get(releases_root=root))

@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from frontend import views, views_insights, views_runs, views_settings, views_tracker, views_traces
+from frontend import views, views_evolution, views_insights, views_runs, views_settings, views_tracker, views_traces
 
 app_name = "frontend"
 
@@ -31,6 +31,22 @@ urlpatterns = [
     path("p/<slug:slug>/runs/<uuid:run_id>/", views_runs.run_detail, name="run"),
     path("p/<slug:slug>/runs/<uuid:run_id>/status.json", views_runs.run_status, name="run-status"),
     path("p/<slug:slug>/runs/<uuid:run_id>/cancel/", views_runs.run_cancel, name="run-cancel"),
+    path("p/<slug:slug>/evolution/", views_evolution.job_list, name="evolution-jobs"),
+    path("p/<slug:slug>/evolution/new/", views_evolution.evolve, name="evolution-new"),
+    path("p/<slug:slug>/evolution/jobs/<int:job_id>/", views_evolution.job_detail, name="evolution-job"),
+    path("p/<slug:slug>/evolution/jobs/<int:job_id>/status.json", views_evolution.job_status,
+         name="evolution-job-status"),
+    path("p/<slug:slug>/evolution/jobs/<int:job_id>/approve/", views_evolution.job_approve,
+         name="evolution-job-approve"),
+    path("p/<slug:slug>/evolution/jobs/<int:job_id>/discard/", views_evolution.job_discard,
+         name="evolution-job-discard"),
+    path("p/<slug:slug>/evolution/jobs/<int:job_id>/cancel/", views_evolution.job_cancel,
+         name="evolution-job-cancel"),
+    path("p/<slug:slug>/evolution/jobs/<int:job_id>/artifacts/<int:artifact_id>/", views_evolution.job_artifact,
+         name="evolution-artifact"),
+    path("p/<slug:slug>/evolution/targets/", views_evolution.targets, name="evolution-targets"),
+    path("p/<slug:slug>/evolution/targets/<int:target_id>/", views_evolution.target_edit, name="evolution-target"),
+    path("p/<slug:slug>/evolution/releases/", views_evolution.releases, name="evolution-releases"),
     path("p/<slug:slug>/settings/api-keys/", views.api_keys, name="api-keys"),
     path("p/<slug:slug>/settings/api-keys/create/", views.api_key_create_view, name="api-key-create"),
     path("p/<slug:slug>/settings/api-keys/<int:key_id>/revoke/", views.api_key_revoke_view, name="api-key-revoke"),

@@ -194,7 +194,7 @@ def test_browser_walk_from_overview_to_the_cited_span(live_server, page, project
 
     page.click("[data-testid=insight-table] tbody tr >> nth=0 >> [data-testid=insight-link]")
     page.wait_for_selector("[data-testid=insight-evidence]")
-    assert page.locator("[data-testid=evolve]").is_disabled()
+    assert "/evolution/new/?insight=" in page.locator("[data-testid=evolve]").get_attribute("href")
     check("ui-insight")
 
     link = page.locator("[data-testid=insight-evidence-link] >> nth=0")

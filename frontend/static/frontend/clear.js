@@ -92,3 +92,40 @@
     window.setTimeout(tick, 1000);
   }
 })();
+
+// Evolution job page: poll the job's status JSON every 2 s; reload when its state moves (the page is rendered by
+// the server), stop when it ends. The Evolve form: a fixture radio fills the script path.
+(function () {
+  "use strict";
+  var live = document.querySelector("[data-evolution-poll]");
+  if (live) {
+    var url = live.getAttribute("data-evolution-poll");
+    var version = live.getAttribute("data-state-version");
+    var failures = 0;
+    var tick = function () {
+      fetch(url, { headers: { "Accept": "application/json" }, credentials: "same-origin" })
+        .then(function (response) {
+          if (!response.ok) { throw new Error("HTTP " + response.status); }
+          return response.json();
+        })
+        .then(function (status) {
+          failures = 0;
+          if (String(status.state_version) !== version) { window.location.reload(); return; }
+          var state = live.querySelector('[data-field="state"]');
+          if (state) { state.textContent = status.state; }
+          window.setTimeout(tick, 2000);
+        })
+        .catch(function () {
+          failures += 1;
+          if (failures < 20) { window.setTimeout(tick, 4000); }
+        });
+    };
+    window.setTimeout(tick, 2000);
+  }
+  document.querySelectorAll("input[type=radio][data-fills]").forEach(function (radio) {
+    radio.addEventListener("change", function () {
+      var input = document.getElementById(radio.getAttribute("data-fills"));
+      if (input && radio.checked) { input.value = radio.value; }
+    });
+  });
+})();

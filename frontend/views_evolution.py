@@ -1,0 +1,415 @@
+"""Evolution pages: the Evolve form (from an insight or a ticket), the jobs list, a job's page (stage timeline, live
+status, plan and reviews, diff, gates, per-task scores, verdict, approve / discard), targets and release history.
+
+Reads go through `evolution.selectors`, writes through `evolution.services` (a ClearError's message is shown as it
+is). Plans, reviews and diffs are model output: they are only ever auto-escaped by the templates.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from django import forms
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from clear.errors import ClearError, NotFoundError
+from clear.projects.models import Project
+from diagnosis.selectors import insight_get
+from diagnosis.tickets.selectors import ticket_get
+from evolution.apis import artifact_response
+from evolution.backends import BACKENDS
+from evolution.models import TERMINAL_STATES, EvolutionJob, JobState
+from evolution.selectors import (
+    evolution_artifact_get,
+    evolution_job_events,
+    evolution_job_get,
+    evolution_job_list,
+    evolution_job_review,
+    evolution_job_stage_runs,
+    evolution_target_by_id,
+    evolution_target_list,
+    evolution_target_releases,
+)
+from evolution.services import evolution_job_cancel, evolution_target_update
+from evolution.services.api_actions import (
+    MODES,
+    evolution_job_approve,
+    evolution_job_create,
+    evolution_job_reject,
+    evolution_target_register,
+    job_mode,
+)
+from evolution.services.workspace import artifact_read
+from frontend.pagination import keyset_page
+from frontend.views import project_for
+
+PAGE_SIZE = 30
+DIFF_MAX_LINES = 4000
+DOC_MAX_BYTES = 2_000_000
+FIXTURES_DIR = Path(settings.BASE_DIR) / "examples" / "support_desk" / "evolution"
+MODE_LABELS = {"pr": "pull request (push a branch for review)",
+               "hot_swap": "hot swap (swap a release in, health-check, roll back if unhealthy)"}
+DEPTH_LABELS = {"shallow": "shallow — 2 iterations, 2 trials per task",
+                "standard": "standard — 3 iterations, 3 trials", "deep": "deep — 5 iterations, 5 trials"}
+
+
+def _or_404(call, **kwargs):
+    try:
+        return call(**kwargs)
+    except NotFoundError as exc:
+        raise Http404(exc.message) from exc
+
+
+def is_support_desk(target) -> bool:
+    """The example agent's target (its trial command runs the support desk): its scripted fixtures are offered."""
+    return "support_desk" in str((target.config or {}).get("trial_command", ""))
+
+
+def support_desk_fixtures() -> list[tuple[str, str]]:
+    return [(str(path), f"support desk: {path.stem}") for path in sorted(FIXTURES_DIR.glob("*.json"))]
+
+
+# --- Evolve ---------------------------------------------------------------------------------------------------------
+
+class EvolveForm(forms.Form):
+    target = forms.TypedChoiceField(coerce=int)
+    backend = forms.ChoiceField(choices=[(name, name) for name in BACKENDS])
+    script = forms.CharField(required=False, max_length=1000)
+    fixture = forms.CharField(required=False, max_length=1000)  # the radio buttons; the script field wins
+    backend_config = forms.CharField(required=False, max_length=100_000)
+    depth = forms.ChoiceField(choices=list(DEPTH_LABELS.items()), initial="shallow")
+    mode = forms.ChoiceField(choices=[(m, MODE_LABELS[m]) for m in MODES], initial="pr")
+
+    def __init__(self, *args, targets, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["target"].choices = [(t.pk, t.name) for t in targets]
+
+    def clean_backend_config(self) -> dict:
+        text = self.cleaned_data["backend_config"].strip()
+        if not text:
+            return {}
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise forms.ValidationError(f"not valid JSON: {exc}") from exc
+        if not isinstance(value, dict):
+            raise forms.ValidationError("must be a JSON object, e.g. {\"model\": \"openai/gpt-4o-mini\"}")
+        return value
+
+    def clean(self):
+        data = super().clean()
+        if data.get("backend") == "scripted":
+            config = data.get("backend_config") or {}
+            script = data.get("script") or data.get("fixture")
+            if script:
+                config = {**config, "script_path": script}
+            if "script" not in config and "script_path" not in config:
+                self.add_error("script", "the scripted backend needs a script: choose a fixture or give its path")
+            data["backend_config"] = config
+        return data
+
+
+def _evolve_subject(project: Project, request: HttpRequest):
+    """The insight to fix and the ticket it came from, if any (?insight= or ?ticket=, or the same in the POST)."""
+    source = request.POST if request.method == "POST" else request.GET
+    ticket = None
+    if source.get("ticket", "").isdigit():
+        ticket = _or_404(ticket_get, project=project, ticket_id=int(source["ticket"]))
+        if ticket.insight_id is None:
+            raise Http404("This ticket has no insight to fix")
+        return _or_404(insight_get, project=project, insight_id=ticket.insight_id), ticket
+    if source.get("insight", "").isdigit():
+        return _or_404(insight_get, project=project, insight_id=int(source["insight"])), None
+    raise Http404("Evolve needs an insight or a ticket")
+
+
+@login_required
+def evolve(request: HttpRequest, slug: str) -> HttpResponse:
+    project = project_for(request, slug)
+    insight, ticket = _evolve_subject(project, request)
+    targets = list(evolution_target_list(project=project))
+    status = 200
+    if request.method == "POST":
+        form = EvolveForm(request.POST, targets=targets)
+        if form.is_valid():
+            data = form.cleaned_data
+            target = next(t for t in targets if t.pk == data["target"])
+            try:
+                job = evolution_job_create(project=project, target=target, insight=insight, ticket=ticket,
+                                           backend_name=data["backend"], backend_config=data["backend_config"],
+                                           depth=data["depth"], mode=data["mode"], created_by=request.user)
+            except ClearError as exc:
+                for field, problem in (exc.extra.get("fields") or {}).items():
+                    form.add_error(field if field in form.fields else None, f"{field}: {problem}")
+                messages.error(request, exc.message)
+                status = 400
+            else:
+                messages.success(request, f"Evolution job {job.pk} queued on {target.name}.")
+                return redirect("frontend:evolution-job", slug=project.slug, job_id=job.pk)
+        else:
+            status = 400
+    else:
+        desk = next((t for t in targets if is_support_desk(t)), None)
+        initial = {"target": (desk or (targets[0] if targets else None)).pk if targets else None,
+                   "backend": "scripted", "depth": "shallow", "mode": "pr"}
+        fixtures = support_desk_fixtures() if desk else []
+        if fixtures:
+            initial["script"] = next((p for p, label in fixtures if p.endswith("_fix.json")), fixtures[0][0])
+        form = EvolveForm(initial=initial, targets=targets)
+    busy = {job.target_id: job for job in evolution_job_list(project=project, active=True)}
+    context = {
+        "project": project, "nav": "evolution", "insight": insight, "ticket": ticket, "form": form,
+        "targets": targets, "busy": busy, "fixtures": support_desk_fixtures()
+        if any(is_support_desk(t) for t in targets) else [],
+        "backends": list(BACKENDS), "depths": DEPTH_LABELS.items(), "modes": [(m, MODE_LABELS[m]) for m in MODES],
+        "hot_swap_targets": [t.pk for t in targets if (t.config or {}).get("hot_swap")],
+    }
+    return render(request, "frontend/evolution_new.html", context, status=status)
+
+
+# --- jobs -----------------------------------------------------------------------------------------------------------
+
+@login_required
+def job_list(request: HttpRequest, slug: str) -> HttpResponse:
+    project = project_for(request, slug)
+    targets = list(evolution_target_list(project=project))
+    state = request.GET.get("state", "")
+    state = state if state in JobState.values or state in ("active", "ended") else ""
+    target = request.GET.get("target", "")
+    target = target if target in {str(t.pk) for t in targets} else ""
+    jobs = evolution_job_list(project=project, active={"active": True, "ended": False}.get(state))
+    if state in JobState.values:
+        jobs = jobs.filter(state=state)
+    if target:
+        jobs = jobs.filter(target_id=int(target))
+    page = keyset_page(jobs.select_related("ticket", "created_by"), field="created_at",
+                       cursor=request.GET.get("cursor"), limit=PAGE_SIZE)
+    context = {"project": project, "nav": "evolution", "page": page, "jobs": page.items, "targets": targets,
+               "filters": {"state": state, "target": target}, "states": JobState.values,
+               "has_any": bool(page.items) or evolution_job_list(project=project).exists()}
+    return render(request, "frontend/evolution_jobs.html", context)
+
+
+def job_status_data(job: EvolutionJob) -> dict:
+    return {"id": job.pk, "state": job.state, "state_version": job.state_version, "terminal": job.is_terminal,
+            "iteration": job.current_iteration, "stop_requested": job.stop_requested,
+            "heartbeat_at": job.heartbeat_at.isoformat() if job.heartbeat_at else None,
+            "terminal_reason": job.terminal_reason}
+
+
+def _text(artifact, limit: int = DOC_MAX_BYTES) -> str:
+    try:
+        return artifact_read(artifact=artifact)[:limit].decode("utf-8", errors="replace")
+    except FileNotFoundError:
+        return ""
+
+
+def _document(artifact):
+    if artifact is None:
+        return None
+    try:
+        value = json.loads(_text(artifact))
+    except json.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def diff_lines(text: str) -> tuple[list[tuple[str, str]], bool]:
+    """(css class, line) per line of a unified diff, so the template can colour it (each line auto-escaped)."""
+    lines = text.splitlines()
+    rows = []
+    for line in lines[:DIFF_MAX_LINES]:
+        if line.startswith(("diff --git", "index ", "+++ ", "--- ", "new file", "deleted file", "similarity")):
+            css = "file"
+        elif line.startswith("@@"):
+            css = "hunk"
+        elif line.startswith("+"):
+            css = "add"
+        elif line.startswith("-"):
+            css = "del"
+        else:
+            css = "ctx"
+        rows.append((css, line))
+    return rows, len(lines) > DIFF_MAX_LINES
+
+
+@login_required
+def job_detail(request: HttpRequest, slug: str, job_id: int) -> HttpResponse:
+    project = project_for(request, slug)
+    job = _or_404(evolution_job_get, project=project, job_id=job_id)
+    reviews = evolution_job_review(project=project, job=job)
+    by_n = {r.iteration.n: r for r in reviews}
+    wanted = request.GET.get("iteration", "")
+    default = job.best_iteration.n if job.best_iteration else (reviews[-1].iteration.n if reviews else None)
+    shown = by_n.get(int(wanted)) if wanted.isdigit() and int(wanted) in by_n else by_n.get(default)
+    docs, diff, diff_cut = {}, [], False
+    if shown is not None:
+        docs = {kind: _document(shown.artifacts.get(kind))
+                for kind in ("diagnosis", "plan", "plan_review", "implementer", "code_review")}
+        patch = shown.artifacts.get("patch")
+        if patch is not None:
+            diff, diff_cut = diff_lines(_text(patch))
+    candidate = job.best_iteration
+    stages = list(evolution_job_stage_runs(project=project, job=job))
+    for stage in stages:
+        stage.took_ms = (stage.finished_at - stage.started_at).total_seconds() * 1000 if stage.finished_at else None
+    context = {
+        "project": project, "nav": "evolution", "job": job, "mode": job_mode(job),
+        "mode_label": job_mode(job).replace("_", " "), "status": job_status_data(job), "stages": stages,
+        "reviews": reviews, "shown": shown, "docs": docs, "diff": diff, "diff_cut": diff_cut,
+        "events": list(evolution_job_events(project=project, job=job)),
+        "artifacts": list(job.artifacts.select_related("iteration").order_by("created_at", "pk")),
+        "awaiting": job.state == JobState.AWAITING_CONSENT and candidate is not None,
+        "candidate": candidate, "terminal": job.state in TERMINAL_STATES,
+    }
+    return render(request, "frontend/evolution_job.html", context)
+
+
+@login_required
+def job_status(request: HttpRequest, slug: str, job_id: int) -> JsonResponse:
+    project = project_for(request, slug)
+    return JsonResponse(job_status_data(_or_404(evolution_job_get, project=project, job_id=job_id)))
+
+
+def _job_action(request: HttpRequest, slug: str, job_id: int, action) -> HttpResponse:
+    project = project_for(request, slug)
+    job = _or_404(evolution_job_get, project=project, job_id=job_id)
+    try:
+        text = action(job)
+    except ClearError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, text)
+    return redirect("frontend:evolution-job", slug=project.slug, job_id=job.pk)
+
+
+@login_required
+@require_POST
+def job_approve(request: HttpRequest, slug: str, job_id: int) -> HttpResponse:
+    def approve(job):
+        job = evolution_job_approve(job=job, user=request.user, patch_sha256=request.POST.get("patch_sha256", ""))
+        return f"Approved: job {job.pk} is promoting the candidate ({job_mode(job).replace('_', ' ')})."
+    return _job_action(request, slug, job_id, approve)
+
+
+@login_required
+@require_POST
+def job_discard(request: HttpRequest, slug: str, job_id: int) -> HttpResponse:
+    def discard(job):
+        evolution_job_reject(job=job, user=request.user)
+        return f"Job {job.pk}'s candidate was discarded."
+    return _job_action(request, slug, job_id, discard)
+
+
+@login_required
+@require_POST
+def job_cancel(request: HttpRequest, slug: str, job_id: int) -> HttpResponse:
+    def cancel(job):
+        job = evolution_job_cancel(job=job, actor=f"user:{request.user.pk}")
+        return "Cancelled." if job.is_terminal else "Stopping: the job ends at its next stage boundary."
+    return _job_action(request, slug, job_id, cancel)
+
+
+@login_required
+def job_artifact(request: HttpRequest, slug: str, job_id: int, artifact_id: int) -> HttpResponse:
+    project = project_for(request, slug)
+    job = _or_404(evolution_job_get, project=project, job_id=job_id)
+    artifact = _or_404(evolution_artifact_get, project=project, job=job, artifact_id=artifact_id)
+    return _or_404(artifact_response, job=job, artifact=artifact)
+
+
+# --- targets and releases -------------------------------------------------------------------------------------------
+
+def _config_from(text: str, errors: dict) -> dict | None:
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        errors["config"] = f"not valid JSON: {exc}"
+        return None
+    if not isinstance(value, dict):
+        errors["config"] = "must be a JSON object"
+    return value
+
+
+def _target_save(request: HttpRequest, project: Project, target=None) -> tuple[object | None, dict]:
+    """Register (target None) or edit a target from the POSTed form; the errors by field when it is refused."""
+    post, errors = request.POST, {}
+    config = _config_from(post.get("config", ""), errors)
+    if target is not None and config is None and "config" not in errors:
+        errors["config"] = "give the config as a JSON object"
+    if errors:
+        return None, errors
+    try:
+        if target is None:
+            saved = evolution_target_register(
+                project=project, name=post.get("name", ""), source=post.get("source", ""), config=config,
+                default_branch=post.get("default_branch", ""), push_url=post.get("push_url", ""),
+                created_by=request.user)
+        else:
+            saved = evolution_target_update(target=target, config=config, source=post.get("source", target.source),
+                                            push_url=post.get("push_url", ""),
+                                            default_branch=post.get("default_branch", ""))
+    except ClearError as exc:
+        fields = dict(exc.extra.get("fields") or {}) or {"": exc.message}
+        return None, {"message": exc.message, **{k: str(v) for k, v in fields.items()}}
+    return saved, {}
+
+
+def _target_errors(errors: dict) -> dict:
+    """Bad config fields (e.g. `diff_budget.max_files`) listed under the config; the others under their input."""
+    form_fields = {"name", "source", "default_branch", "push_url"}
+    return {"message": errors.get("message", ""),
+            "fields": {k: v for k, v in errors.items() if k in form_fields},
+            "config": [(k, v) for k, v in errors.items() if k not in form_fields and k != "message"]}
+
+
+@login_required
+def targets(request: HttpRequest, slug: str) -> HttpResponse:
+    project = project_for(request, slug)
+    errors, status = {}, 200
+    if request.method == "POST":
+        saved, errors = _target_save(request, project)
+        if saved is not None:
+            messages.success(request, f"Target {saved.name} registered.")
+            return redirect("frontend:evolution-targets", slug=project.slug)
+        status = 400
+    context = {"project": project, "nav": "evolution", "targets": list(evolution_target_list(project=project)),
+               "errors": _target_errors(errors), "values": request.POST if errors else {}}
+    return render(request, "frontend/evolution_targets.html", context, status=status)
+
+
+@login_required
+def target_edit(request: HttpRequest, slug: str, target_id: int) -> HttpResponse:
+    project = project_for(request, slug)
+    target = _or_404(evolution_target_by_id, project=project, target_id=target_id)
+    errors, status = {}, 200
+    if request.method == "POST":
+        saved, errors = _target_save(request, project, target)
+        if saved is not None:
+            messages.success(request, f"Target {saved.name} saved.")
+            return redirect("frontend:evolution-target", slug=project.slug, target_id=target.pk)
+        status = 400
+        target.refresh_from_db()
+    config_text = request.POST.get("config") if errors else json.dumps(target.config, indent=2)
+    context = {"project": project, "nav": "evolution", "target": target, "config_text": config_text,
+               "errors": _target_errors(errors), "values": request.POST if errors else {},
+               "jobs": list(evolution_job_list(project=project, target=target)[:10])}
+    return render(request, "frontend/evolution_target.html", context, status=status)
+
+
+@login_required
+def releases(request: HttpRequest, slug: str) -> HttpResponse:
+    project = project_for(request, slug)
+    rows = [{"target": t, "releases": evolution_target_releases(project=project, target=t)}
+            for t in evolution_target_list(project=project)]
+    context = {"project": project, "nav": "evolution", "rows": rows}
+    return render(request, "frontend/evolution_releases.html", context)

@@ -1,0 +1,265 @@
+"""Evolution pages: the Evolve form from an insight or a ticket, a job's page in several states (a real scripted run
+of the fixture router repository to AWAITING_CONSENT, then approved), untrusted plan/review/diff text escaped, the
+jobs list at a constant query count, targets registered and edited with per-field errors, the release history."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from diagnosis.tickets.models import Ticket
+from evolution.models import Artifact, EvolutionJob, EvolutionTarget, Iteration, StageRun
+from evolution.selectors import evolution_target_releases_root
+from evolution.services import evolution_job_start
+from evolution.services.workspace import artifact_store
+# The evolution tests' fixtures: artifacts in tmp, the fixture router repository as a target, an insight of its
+# failing traces.
+from tests.evolution.conftest import evolution_dir, refund_insight, router_remote, router_target  # noqa: F401
+from tests.evolution.fixture_repo import CONFIG, FIXED_BRANCH, replace_edit
+from tests.evolution.support import happy_entries, script_write
+from tests.frontend.conftest import client_for
+
+pytestmark = pytest.mark.django_db
+
+EVIL = '<script>window.__pwned=1</script><img src=x onerror="window.__pwned=2">'
+DESK_CONFIG = {"editable_paths": ["support_desk/**"], "grader_command": "python grading/grade.py --out {out}",
+               "trial_command": "python -m support_desk run-task --task {task_id} --seed {seed} --out {out}/r.json"}
+
+
+@pytest.fixture
+def remote(router_remote):
+    return router_remote
+
+
+@pytest.fixture
+def target(router_target):
+    return router_target
+
+
+@pytest.fixture
+def insight(refund_insight):
+    return refund_insight
+
+
+@pytest.fixture
+def client(owner):
+    return client_for(owner)
+
+
+def _url(project, tail: str) -> str:
+    return f"/p/{project.slug}/evolution/{tail}"
+
+
+def test_evolve_from_an_insight_and_from_a_ticket(client, project, owner, target, insight, tmp_path, outsider):
+    EvolutionTarget.objects.create(project=project, name="support_desk", source=str(tmp_path), config=DESK_CONFIG)
+    page = client.get(_url(project, f"new/?insight={insight.pk}"))
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert insight.title in html and 'name="csrfmiddlewaretoken"' in html
+    for option in ("router", "support_desk", "scripted", "litellm", "external", "shallow", "hot_swap"):
+        assert option in html
+    # The support desk is registered: its scripted fixtures are offered, the fixing one chosen.
+    assert "mediator_race_fix.json" in html and "mediator_race_breaks_misroute.json" in html
+
+    # The scripted backend without a script: 400 naming it; nothing is created.
+    refused = client.post(_url(project, "new/"), {"insight": insight.pk, "target": target.pk, "backend": "scripted",
+                                                  "depth": "shallow", "mode": "pr", "script": ""})
+    assert refused.status_code == 400 and "needs a script" in refused.content.decode()
+    hot = client.post(_url(project, "new/"), {"insight": insight.pk, "target": target.pk, "backend": "scripted",
+                                              "depth": "shallow", "mode": "hot_swap", "script": "/x.json"})
+    assert hot.status_code == 400 and "no hot_swap section" in hot.content.decode()
+    assert not EvolutionJob.objects.exists()
+
+    script = script_write(tmp_path / "script.json", happy_entries(replace_edit(FIXED_BRANCH)))
+    done = client.post(_url(project, "new/"), {"insight": insight.pk, "target": target.pk, "backend": "scripted",
+                                               "depth": "shallow", "mode": "pr", "fixture": str(script)})
+    job = EvolutionJob.objects.get()
+    assert done.status_code == 302 and done["Location"] == _url(project, f"jobs/{job.pk}/")
+    assert (job.backend_config, job.depth, job.created_by, job.ticket_id) == (
+        {"script_path": str(script)}, "shallow", owner, None)
+    assert job.config_snapshot["mode"] == "pr"
+
+    # From a ticket: the ticket's insight, the ticket recorded; a busy target says so.
+    ticket = Ticket.objects.create(project=project, insight=insight, fingerprint="f", title="refunds", level="node",
+                                   node="router", severity="high")
+    form = client.get(_url(project, f"new/?ticket={ticket.pk}")).content.decode()
+    assert f'name="ticket" value="{ticket.pk}"' in form and "router (busy)" in form
+    busy = client.post(_url(project, "new/"), {"ticket": ticket.pk, "target": target.pk, "backend": "scripted",
+                                               "depth": "shallow", "mode": "pr", "script": str(script)})
+    assert busy.status_code == 400 and "already has an active job" in busy.content.decode()
+    assert client.get(_url(project, "new/")).status_code == 404
+    assert client_for(outsider).get(_url(project, f"new/?insight={insight.pk}")).status_code == 404
+
+    # The Evolve buttons lead here.
+    insight_page = client.get(f"/p/{project.slug}/insights/{insight.pk}/").content.decode()
+    assert f"/evolution/new/?insight={insight.pk}" in insight_page
+    tickets_page = client.get(f"/p/{project.slug}/tickets/").content.decode()
+    assert f"/evolution/new/?ticket={ticket.pk}" in tickets_page
+
+
+def test_a_job_page_through_its_states(client, project, owner, target, insight, tmp_path,
+                                       django_capture_on_commit_callbacks):
+    script = script_write(tmp_path / "script.json", happy_entries(replace_edit(FIXED_BRANCH)))
+    job = evolution_job_start(project=project, target=target, insight=insight, backend_name="scripted",
+                              backend_config={"script_path": str(script)}, depth="shallow", created_by=owner)
+    queued = client.get(_url(project, f"jobs/{job.pk}/")).content.decode()
+    assert "QUEUED" in queued and "data-evolution-poll" in queued and "No stage has started yet" in queued
+    status = client.get(_url(project, f"jobs/{job.pk}/status.json")).json()
+    assert (status["state"], status["terminal"]) == ("QUEUED", False)
+    EvolutionJob.objects.filter(pk=job.pk).delete()
+
+    with django_capture_on_commit_callbacks(execute=True):
+        job = evolution_job_start(project=project, target=target, insight=insight, backend_name="scripted",
+                                  backend_config={"script_path": str(script)}, depth="shallow", created_by=owner)
+    job.refresh_from_db()
+    assert job.state == "AWAITING_CONSENT", job.error
+    html = client.get(_url(project, f"jobs/{job.pk}/")).content.decode()
+    for text in ('data-stage="prepare"', 'data-stage="verdict"', "PROMOTE_ELIGIBLE", "G1_target_delta",
+                 "G2_per_task", "diff_budget", 'data-task="refund-damaged"', "route refund requests to the refunds",
+                 "Refunds go to billing", 'class="diff-add">+        return &quot;refunds&quot;', "patch-0.diff",
+                 job.best_iteration.patch_sha256, 'data-testid="approve-form"', 'data-testid="discard-form"'):
+        assert text in html, text
+    assert "data-evolution-poll" in html  # another person (or the API) may decide meanwhile
+
+    # A stale hash is refused with the orchestrator's message; the job still waits.
+    stale = client.post(_url(project, f"jobs/{job.pk}/approve/"), {"patch_sha256": "0" * 64}, follow=True)
+    assert "review the current diff and approve again" in stale.content.decode()
+    assert EvolutionJob.objects.get(pk=job.pk).state == "AWAITING_CONSENT"
+    with django_capture_on_commit_callbacks(execute=True):
+        client.post(_url(project, f"jobs/{job.pk}/approve/"), {"patch_sha256": job.best_iteration.patch_sha256})
+    html = client.get(_url(project, f"jobs/{job.pk}/")).content.decode()
+    assert "PR_OPENED" in html and f"evo/{job.pk}/1" in html and f"Approved by {owner.email}" in html
+    assert 'data-testid="approve-form"' not in html and 'data-testid="job-cancel-form"' not in html
+    assert "data-evolution-poll" not in html  # ended: nothing more to follow
+
+    patch = Artifact.objects.filter(job=job, kind="patch").last()
+    download = client.get(_url(project, f"jobs/{job.pk}/artifacts/{patch.pk}/"))
+    assert download["Content-Type"] == "application/octet-stream" and b"refunds" in download.content
+
+    # A failed job shows why; cancelling it again says it ended.
+    failed = EvolutionJob.objects.create(project=project, target=EvolutionTarget.objects.create(
+        project=project, name="other", source="/x", config=CONFIG), insight=insight, backend_name="scripted",
+        state="FAILED", terminal_reason="prepare:git_error", error="fatal: repository '/x' does not exist")
+    html = client.get(_url(project, f"jobs/{failed.pk}/")).content.decode()
+    assert "prepare:git_error" in html and "repository &#x27;/x&#x27; does not exist" in html
+    again = client.post(_url(project, f"jobs/{failed.pk}/cancel/"), follow=True).content.decode()
+    assert "already ended" in again
+
+
+def test_untrusted_plan_review_and_diff_text_is_escaped(client, project, insight):
+    target = EvolutionTarget.objects.create(project=project, name=f"t {EVIL}", source="/x", config=CONFIG)
+    job = EvolutionJob.objects.create(project=project, target=target, insight=insight, backend_name="scripted",
+                                      state="AWAITING_CONSENT", error=EVIL)
+    it = Iteration.objects.create(job=job, n=1, base_commit="a" * 40, candidate_commit="b" * 40,
+                                  patch_sha256="c" * 64, status="evaluated", verdict="PROMOTE_ELIGIBLE",
+                                  metrics={"gates": [{"name": "paths", "passed": False, "detail": EVIL,
+                                                      "offending": [EVIL]}]})
+    EvolutionJob.objects.filter(pk=job.pk).update(best_iteration=it)
+    StageRun.objects.create(job=job, iteration=it, iteration_n=1, stage="plan", claim="x", status="failed",
+                            error=EVIL, outcome=EVIL[:40])
+    artifact_store(job=job, iteration=it, kind="plan", name="plan-0.json", content={
+        "changes": [{"file": EVIL, "symbol": EVIL, "change": EVIL, "rationale": EVIL}], "risks": [EVIL],
+        "tests_to_add": [EVIL], "per_task_impact": [{"task_id": EVIL, "prediction": "risk", "why": EVIL}]})
+    artifact_store(job=job, iteration=it, kind="diagnosis", name="diagnosis.json", content={
+        "clusters": [{"title": EVIL, "root_cause": EVIL, "evidence": [{"file": EVIL, "line": 1, "quote": EVIL}]}]})
+    artifact_store(job=job, iteration=it, kind="plan_review", name="plan_review-0.json",
+                   content={"verdict": EVIL, "issues": [{"severity": EVIL, "detail": EVIL, "required_change": EVIL}]})
+    artifact_store(job=job, iteration=it, kind="code_review", name="code_review-0.json",
+                   content={"verdict": "APPROVE", "issues": [{"severity": "minor", "file": EVIL, "detail": EVIL}]})
+    artifact_store(job=job, iteration=it, kind="implementer", name="implementer-0.json",
+                   content={"status": EVIL, "summary": EVIL, "deviations": [EVIL]})
+    artifact_store(job=job, iteration=it, kind="patch", name=f"{EVIL}.diff", mime="text/x-diff",
+                   content=f"diff --git a/x b/x\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-{EVIL}\n+{EVIL}\n")
+    html = client.get(_url(project, f"jobs/{job.pk}/")).content.decode()
+    assert "<script>window" not in html and "<img src=x" not in html
+    escaped = "&lt;script&gt;window.__pwned=1&lt;/script&gt;"
+    assert html.count(escaped) >= 15, html.count(escaped)
+    assert f'class="diff-add">+{escaped}' in html and f'class="diff-del">-{escaped}' in html
+    for page in ("", "targets/", f"targets/{target.pk}/", "releases/"):
+        body = client.get(_url(project, page)).content.decode()
+        assert "<script>window" not in body and "<img src=x" not in body, page
+
+
+def _jobs(project, insight, n: int, offset: int) -> None:
+    for i in range(offset, offset + n):
+        target = EvolutionTarget.objects.create(project=project, name=f"target {i}", source="/x", config=CONFIG)
+        job = EvolutionJob.objects.create(project=project, target=target, insight=insight, backend_name="scripted",
+                                          state="NO_IMPROVEMENT" if i % 2 else "QUEUED")
+        it = Iteration.objects.create(job=job, n=1, base_commit="a" * 40, verdict="NO_IMPROVEMENT", score=0.5)
+        EvolutionJob.objects.filter(pk=job.pk).update(best_iteration=it)
+
+
+def test_the_jobs_list_costs_the_same_queries_for_2_or_20_jobs(client, project, insight):
+    counts = []
+    for n, offset in ((2, 0), (18, 2)):
+        _jobs(project, insight, n, offset)
+        with CaptureQueriesContext(connection) as queries:
+            page = client.get(_url(project, ""))
+        assert page.status_code == 200
+        counts.append(len(queries))
+    assert counts[0] == counts[1], counts
+    html = page.content.decode()
+    assert html.count('data-job="') == 20
+    filtered = client.get(_url(project, "?state=QUEUED")).content.decode()
+    assert filtered.count('data-job="') == 10
+    assert client.get(_url(project, "?state=active")).content.decode().count('data-job="') == 10
+    one = EvolutionTarget.objects.get(name="target 3")
+    assert client.get(_url(project, f"?target={one.pk}")).content.decode().count('data-job="') == 1
+
+
+def test_targets_registered_and_edited_with_every_bad_field_named(client, project, remote):
+    empty = client.get(_url(project, "targets/")).content.decode()
+    assert "No target yet" in empty
+    bad = {**CONFIG, "trial_command": "python run.py", "diff_budget": {"max_files": 0}, "colour": "blue"}
+    refused = client.post(_url(project, "targets/"), {"name": "router", "source": str(remote),
+                                                     "config": json.dumps(bad)})
+    assert refused.status_code == 400
+    html = refused.content.decode()
+    for field in ("<code>trial_command</code>", "<code>diff_budget.max_files</code>", "<code>colour</code>"):
+        assert field in html, field
+    assert "python run.py" in html  # the typed config is kept for fixing
+    assert client.post(_url(project, "targets/"), {"name": "router", "source": str(remote),
+                                                   "config": "{not json"}).status_code == 400
+
+    # Blank config: the repository's evolution.json.
+    done = client.post(_url(project, "targets/"), {"name": "router", "source": str(remote), "config": ""})
+    assert done.status_code == 302
+    target = EvolutionTarget.objects.get(project=project, name="router")
+    assert target.config["trial_command"] == CONFIG["trial_command"]
+    listing = client.get(_url(project, "targets/")).content.decode()
+    assert f'data-target="{target.pk}"' in listing and "PR only" in listing
+
+    edit_url = _url(project, f"targets/{target.pk}/")
+    page = client.get(edit_url).content.decode()
+    assert "&quot;trial_command&quot;" in page
+    wrong = client.post(edit_url, {"source": str(remote), "config": json.dumps({**CONFIG, "trials": 0})})
+    assert wrong.status_code == 400 and "<code>trials</code>" in wrong.content.decode()
+    saved = client.post(edit_url, {"source": str(remote), "push_url": "/tmp/pr.git",
+                                   "config": json.dumps({**CONFIG, "trials": 1})})
+    assert saved.status_code == 302
+    target.refresh_from_db()
+    assert (target.config["trials"], target.push_url) == (1, "/tmp/pr.git")
+
+
+def test_release_history_from_the_deploy_state(client, project, tmp_path):
+    from evolution.deploy import release_mark_healthy, release_stage, release_swap
+
+    plain = EvolutionTarget.objects.create(project=project, name="plain", source="/x", config=CONFIG)
+    hot = EvolutionTarget.objects.create(project=project, name="desk", source="/x",
+                                         config={**CONFIG, "hot_swap": {"activator": {"kind": "process",
+                                                                                      "command": "python -V"}}})
+    root = evolution_target_releases_root(target=hot)
+    for release in ("r1", "r2"):
+        source = tmp_path / release
+        source.mkdir()
+        (source / "agent.py").write_text(f"# {release}\n")
+        release_stage(releases_root=root, release_id=release, source_dir=source)
+        release_swap(releases_root=root, release_id=release, reason=f"job for {release}")
+    release_mark_healthy(releases_root=root, release_id="r1")
+    html = client.get(_url(project, "releases/")).content.decode()
+    assert f'data-target="{plain.pk}"' in html and "Not configured for hot swap" in html
+    assert 'data-testid="current-release">r2<' in html and "job for r2" in html and "job for r1" in html
+    assert html.index("job for r2") < html.index("job for r1")  # newest swap first
