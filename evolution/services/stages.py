@@ -30,6 +30,8 @@ STAGE_STATES = {
 }
 STATE_STAGES = {state: stage for stage, state in STAGE_STATES.items()}
 ACTOR = "orchestrator"
+ROLE_STAGES = ("locate", "plan", "plan_review", "implement", "code_review")
+SANDBOX_STAGES = ("baseline", "check", "trials")  # prepare records the level it chose itself
 
 _eager = threading.local()
 
@@ -80,8 +82,10 @@ def _claim(*, job: EvolutionJob, stage: str, iteration: int, round_: int) -> Sta
     it = Iteration.objects.filter(job=job, n=iteration).first() if iteration else None
     try:
         with transaction.atomic():
-            return StageRun.objects.create(job=job, iteration=it, iteration_n=iteration, stage=stage, round=round_,
-                                           claim=uuid.uuid4().hex, backend=job.backend_name)
+            return StageRun.objects.create(
+                job=job, iteration=it, iteration_n=iteration, stage=stage, round=round_, claim=uuid.uuid4().hex,
+                backend=job.backend_name if stage in ROLE_STAGES else "",
+                isolation_level=job.sandbox_level if stage in SANDBOX_STAGES else "")
     except IntegrityError:
         return None
 

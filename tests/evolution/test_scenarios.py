@@ -63,6 +63,9 @@ def test_happy_path_to_a_pull_request_branch(run_job, owner, router_remote, djan
     cand = {(r.task_id, r.trial_n, r.seed) for r in runs.filter(arm="candidate")}
     assert base == cand and len(base) == 6 * 2
     assert {r.isolation_level for r in runs} == {job.sandbox_level}
+    stages = {s.stage: s for s in StageRun.objects.filter(job=job)}
+    assert {stages[s].isolation_level for s in ("prepare", "baseline", "check", "trials")} == {job.sandbox_level}
+    assert stages["implement"].backend == "scripted" and stages["implement"].session_id
     assert not any(r.passed for r in runs.filter(arm="baseline", task__kind="target"))
     assert all(r.passed for r in runs.filter(arm="candidate"))
     verdict = best.verdict_record
