@@ -30,8 +30,8 @@ def _occurs(insight, run, traces, judged=JUDGED):
 
 
 def _insight(project, title, **fields):
-    return Insight.objects.create(project=project, level=fields.pop("level", "node"), node=fields.pop("node", "planner"),
-                                  title=title, **fields)
+    return Insight.objects.create(project=project, level=fields.pop("level", "node"),
+                                  node=fields.pop("node", "planner"), title=title, **fields)
 
 
 @pytest.fixture
