@@ -9,6 +9,7 @@ from typing import Any
 from django.conf import settings
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from evolution.deploy.config import HotSwapConfig
 from evolution.errors import EvolutionConfigInvalid
 
 LEVELS = ("subprocess", "bwrap", "docker")
@@ -45,6 +46,7 @@ class TargetConfig(BaseModel):
     trial_timeout_s: float = Field(120.0, gt=0, le=3600)
     trials: int | None = Field(None, ge=1, le=20)
     allow_dependency_changes: bool = False
+    hot_swap: HotSwapConfig | None = None  # how an approved candidate is released in hot-swap mode (evolution/deploy)
 
     @field_validator("editable_paths", "denied_paths")
     @classmethod

@@ -253,3 +253,56 @@ def test_a_backend_crash_fails_the_job_with_the_reason(run_job):
     job = run_job(entries, policy={"trials": 1})
     assert (job.state, job.terminal_reason) == ("FAILED", "backend_failed")
     assert "crashed on purpose" in job.error
+
+
+HOT_SWAP = {"activator": {"kind": "process", "command": "python -c 'import time; time.sleep(600)'",
+                          "stop_timeout_s": 5},
+            "probes": [{"kind": "command", "command": "python health.py", "timeout_s": 10}, {"kind": "process_alive"}],
+            "health": {"interval_s": 0.2, "window_s": 4, "passes_required": 2}, "keep_releases": 3}
+HEALTH_BREAKING_BRANCH = FIXED_BRANCH + '''    if "hello" in text:
+        return "billing"
+'''
+
+
+def test_hot_swap_promotes_a_healthy_release_and_rolls_an_unhealthy_one_back(
+        project, owner, router_remote, refund_insight, tmp_path, django_capture_on_commit_callbacks):
+    """§7.14 scenarios 1 (hot-swap half) and 9: the second candidate passes every trial but fails its health check
+    (no task says "hello"), so `current` goes back to the first release, whose re-probe passes."""
+    from evolution.deploy import release_state_get
+    from evolution.selectors import evolution_target_releases_root
+    from evolution.services import evolution_target_add
+    from evolution.services.api_actions import evolution_job_create
+
+    target = evolution_target_add(project=project, name="router-hot", source=str(router_remote),
+                                  config={**CONFIG, "hot_swap": HOT_SWAP})
+    root = evolution_target_releases_root(target=target)
+    try:
+        for n, branch in enumerate((FIXED_BRANCH, HEALTH_BREAKING_BRANCH)):
+            script = script_write(tmp_path / f"hot-{n}.json", happy_entries(replace_edit(branch)))
+            with django_capture_on_commit_callbacks(execute=True):
+                job = evolution_job_create(project=project, target=target, insight=refund_insight,
+                                           backend_name="scripted", backend_config={"script_path": str(script)},
+                                           depth="shallow", mode="hot_swap")
+            job.refresh_from_db()
+            assert job.state == "AWAITING_CONSENT", (job.terminal_reason, job.error)
+            with django_capture_on_commit_callbacks(execute=True):
+                evolution_job_consent(job=job, user=owner, patch_sha256=job.best_iteration.patch_sha256)
+            job.refresh_from_db()
+            release = f"job-{job.pk}-{job.best_iteration.candidate_commit[:12]}"
+            if n == 0:
+                assert (job.state, job.terminal_reason) == ("PROMOTED", "healthy"), job.error
+                first = release
+                assert (root / "current").resolve().name == first
+            else:
+                assert (job.state, job.terminal_reason) == ("ROLLED_BACK", "health_failed"), job.error
+                assert _path(job)[-3:] == ["HEALTH_CHECK", "ROLLING_BACK", "ROLLED_BACK"]
+                assert (root / "current").resolve().name == first
+                report = json.loads(artifact_read(artifact=Artifact.objects.get(job=job, kind="health_report")))
+                assert report["rollback_to"] == first and report["rollback_health"]["healthy"]
+        state = release_state_get(releases_root=root)
+        assert state.last_good == first
+        assert [b for b in _branches(router_remote) if b.startswith("evo/")] == []  # no PR in hot-swap mode
+    finally:
+        from evolution.deploy import hot_swap_config_validate
+
+        hot_swap_config_validate(HOT_SWAP).build(releases_root=root).activator.stop()
