@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from django.core.cache import cache
 from django.db.models import Count, Q
 
 from clear.projects.models import Project
@@ -17,6 +18,7 @@ from diagnosis.selectors import insight_list
 from traces.models import Span
 
 MAX_COLUMNS = 16
+JUDGED_CACHE_SECONDS = 600
 # Cell shades: the share at or above which a cell takes shade i (0 is "none").
 SHADE_STEPS = (0.0, 0.05, 0.15, 0.3, 0.5)
 
@@ -54,6 +56,23 @@ class HeatMap:
     more_columns: bool  # the column cap left some of the run's insights out
 
 
+def judged_traces_by_node(*, project: Project, run: DiagnosisRun) -> dict[str, int]:
+    """{node: traces the run judged with a span at the node}. It reads every span of the judged traces (10k
+    traces: 200k spans, ~1 s), so a finished run's figures are kept in the cache for JUDGED_CACHE_SECONDS: the
+    run's traces no longer change then; only spans arriving late for a judged trace, or deleted by retention, can
+    make the cached counts differ, and for at most that long."""
+    key = f"clear:heatmap-judged:{run.pk}:{run.done_count}:{run.finished_at.isoformat() if run.finished_at else ''}"
+    judged = cache.get(key) if run.is_finished else None
+    if judged is None:
+        traces = RunTrace.objects.filter(run=run, status=RunTrace.Status.DONE).values("trace_id")
+        judged = dict(Span.objects.filter(project=project, trace_id__in=traces).exclude(node="")
+                      .values("node").annotate(n=Count("trace_id", distinct=True)).order_by()
+                      .values_list("node", "n"))
+        if run.is_finished:
+            cache.set(key, judged, JUDGED_CACHE_SECONDS)
+    return judged
+
+
 def heatmap_runs(*, project: Project) -> list[DiagnosisRun]:
     """Runs whose insights were built, newest first (the choices of the run filter)."""
     return list(DiagnosisRun.objects.filter(project=project, insights_status="done").order_by("-created_at")[:50])
@@ -66,10 +85,7 @@ def node_insight_heatmap(*, project: Project, run: DiagnosisRun, level: str = In
     columns = list(insights[: MAX_COLUMNS + 1])
     more = len(columns) > MAX_COLUMNS
     columns = columns[:MAX_COLUMNS]
-    judged_traces = RunTrace.objects.filter(run=run, status=RunTrace.Status.DONE).values("trace_id")
-    judged = dict(Span.objects.filter(project=project, trace_id__in=judged_traces).exclude(node="")
-                  .values("node").annotate(n=Count("trace_id", distinct=True)).order_by()
-                  .values_list("node", "n"))
+    judged = judged_traces_by_node(project=project, run=run)
     counts: dict[tuple[str, int], int] = {}
     if columns:
         rows = (InsightStatement.objects.filter(project=project, run=run, excluded=False)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
 
+from django.db import connection
 from django.db.models import Case, Count, Exists, F, FloatField, Max, Min, OuterRef, Q, QuerySet, Subquery, Sum, When
 from django.db.models.functions import Coalesce, Trunc
 
@@ -87,15 +88,26 @@ def trace_search(*, project: Project, filters: TraceFilter) -> QuerySet[Trace]:
     return traces.annotate(failing_feedback=Coalesce(Subquery(failing[:1]), 0))
 
 
+def _distinct(model, field: str, *, project: Project) -> list[str]:
+    """The distinct values of a text column of the project's rows, in order, by a "loose index scan" on the
+    (project, field) index: one index probe per distinct value instead of reading every row (1M spans → 9 nodes
+    in a millisecond rather than a second)."""
+    table, column = model._meta.db_table, model._meta.get_field(field).column
+    project_col = model._meta.get_field("project").column
+    sql = (f"WITH RECURSIVE v(x) AS ((SELECT {column} FROM {table} WHERE {project_col} = %s ORDER BY {column} "
+           f"LIMIT 1) UNION ALL SELECT (SELECT {column} FROM {table} WHERE {project_col} = %s AND {column} > v.x "
+           f"ORDER BY {column} LIMIT 1) FROM v WHERE v.x IS NOT NULL) SELECT x FROM v WHERE x IS NOT NULL")
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [project.pk, project.pk])
+        return [row[0] for row in cursor.fetchall()]
+
+
 def trace_releases(*, project: Project) -> list[str]:
-    releases = (Trace.objects.filter(project=project).order_by("release").values_list("release", flat=True)
-                .distinct())
-    return [r or "(none)" for r in releases]
+    return [r or "(none)" for r in _distinct(Trace, "release", project=project)]
 
 
 def span_nodes(*, project: Project) -> list[str]:
-    return list(Span.objects.filter(project=project).exclude(node="").order_by("node")
-                .values_list("node", flat=True).distinct())
+    return [n for n in _distinct(Span, "node", project=project) if n]
 
 
 def trace_spans(*, project: Project, trace: Trace, limit: int) -> list[Span]:
@@ -235,31 +247,51 @@ class NodeStats:
         return (self.spans - self.bad) / self.spans if self.spans else None
 
 
-def _spans_in_scope(*, project: Project, release: str = "", sample: int | None = None) -> QuerySet[Span]:
-    spans = Span.objects.filter(project=project)
+def sample_trace_pks(*, project: Project, release: str = "", sample: int) -> list[int]:
+    """The pks of the newest `sample` traces (of `release`): one index scan. A literal list, so the span queries
+    that use it are planned as index lookups by trace rather than a scan of every span."""
     traces = Trace.objects.filter(project=project)
     if release:
         traces = traces.filter(release="" if release == "(none)" else release)
+    pks = list(traces.filter(start_time__isnull=False).order_by("-start_time", "-pk")
+               .values_list("pk", flat=True)[:sample])
+    if len(pks) < sample:  # a small project: traces with no start time yet (still arriving) too
+        pks += traces.filter(start_time__isnull=True).order_by("-pk").values_list("pk", flat=True)[:sample - len(pks)]
+    return pks
+
+
+def _spans_in_scope(*, project: Project, release: str = "", sample: int | None = None,
+                    trace_pks: list[int] | None = None) -> QuerySet[Span]:
+    spans = Span.objects.filter(project=project)
     if sample:
-        newest = traces.order_by(F("start_time").desc(nulls_last=True), "-pk").values("pk")[:sample]
-        return spans.filter(trace_id__in=Subquery(newest))
+        if trace_pks is None:
+            trace_pks = sample_trace_pks(project=project, release=release, sample=sample)
+        return spans.filter(trace_id__in=trace_pks)
     if release:
-        spans = spans.filter(trace__in=traces)
+        spans = spans.filter(trace__release="" if release == "(none)" else release)
     return spans
 
 
-def node_stats(*, project: Project, release: str = "", sample: int | None = None) -> list[NodeStats]:
+def node_stats(*, project: Project, release: str = "", sample: int | None = None,
+               trace_pks: list[int] | None = None) -> list[NodeStats]:
     """Per node: spans, traces, error spans, spans with a failing verdict, and the pass rate (share of spans with
-    neither). One grouped query."""
-    failing = failing_feedback().filter(trace_id=OuterRef("trace_id"), target_span_id=OuterRef("span_id"))
-    rows = (_spans_in_scope(project=project, release=release, sample=sample).annotate(failed=Exists(failing))
-            .values("node").annotate(
-                spans=Count("pk"), traces=Count("trace_id", distinct=True),
-                errors=Count("pk", filter=Q(status="error")), failing=Count("pk", filter=Q(failed=True)),
-                bad=Count("pk", filter=Q(failed=True) | Q(status="error")),
-                agent_spans=Count("pk", filter=Q(kind=Span.Kind.AGENT)),
-            ).order_by("node"))
-    return [NodeStats(**row) for row in rows]
+    neither), over the newest `sample` traces (all when None). Two grouped queries: the spans, then the spans with
+    a failing verdict (a semi-join, not a probe of the verdicts per span)."""
+    spans = _spans_in_scope(project=project, release=release, sample=sample, trace_pks=trace_pks)
+    rows = (spans.values("node").annotate(
+        spans=Count("pk"), traces=Count("trace_id", distinct=True), errors=Count("pk", filter=Q(status="error")),
+        agent_spans=Count("pk", filter=Q(kind=Span.Kind.AGENT))).order_by("node"))
+    failing = failing_feedback().filter(project=project, trace_id=OuterRef("trace_id"),
+                                        target_span_id=OuterRef("span_id"))
+    failed = dict((node, (n, n_error)) for node, n, n_error in
+                  spans.filter(Exists(failing)).values("node")
+                  .annotate(n=Count("pk"), n_error=Count("pk", filter=Q(status="error")))
+                  .values_list("node", "n", "n_error").order_by())
+    stats = []
+    for row in rows:
+        n, n_error = failed.get(row["node"], (0, 0))
+        stats.append(NodeStats(**row, failing=n, bad=row["errors"] + n - n_error))
+    return stats
 
 
 def by_rank(insights: QuerySet) -> QuerySet:
@@ -305,16 +337,28 @@ def _handoffs(group: list[tuple]) -> list[tuple[str, str]]:
     return pairs
 
 
-def workflow_edges(*, project: Project, release: str = "", sample: int = GRAPH_TRACE_SAMPLE) -> list[Edge]:
+def _call_counts(*, project: Project, trace_pks: list[int]) -> list[tuple[str, str, int]]:
+    """(parent node, child node, spans) over the given traces: one hash self-join of their spans."""
+    table, col = Span._meta.db_table, {f.name: f.column for f in Span._meta.concrete_fields}
+    sql = (f"SELECT p.{col['node']}, c.{col['node']}, count(*) FROM {table} AS c JOIN {table} AS p "
+           f"ON p.{col['trace']} = c.{col['trace']} AND p.{col['span_id']} = c.{col['parent_span_id']} "
+           f"WHERE c.{col['project']} = %s AND p.{col['project']} = %s AND c.{col['trace']} = ANY(%s) "
+           f"AND p.{col['trace']} = ANY(%s) AND c.{col['parent_span_id']} <> '' GROUP BY 1, 2")
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [project.pk, project.pk, trace_pks, trace_pks])
+        return cursor.fetchall()
+
+
+def workflow_edges(*, project: Project, release: str = "", sample: int = GRAPH_TRACE_SAMPLE,
+                   trace_pks: list[int] | None = None) -> list[Edge]:
     """Transitions between nodes observed in the newest `sample` traces: a span of node A with a child of node B
     (call), and sequential AGENT spans under one parent (hand-off: B started after A ended, with no sibling agent
     in between). Self-transitions are left out. Two queries."""
-    spans = _spans_in_scope(project=project, release=release, sample=sample)
-    parent_node = Span.objects.filter(trace_id=OuterRef("trace_id"), span_id=OuterRef("parent_span_id")).values("node")
-    calls = (spans.exclude(parent_span_id="").annotate(parent_node=Subquery(parent_node[:1]))
-             .values("parent_node", "node").annotate(n=Count("pk")).order_by())
-    edges = [Edge(r["parent_node"], r["node"], "call", r["n"]) for r in calls
-             if r["parent_node"] is not None and r["parent_node"] != r["node"]]
+    if trace_pks is None:
+        trace_pks = sample_trace_pks(project=project, release=release, sample=sample)
+    spans = _spans_in_scope(project=project, release=release, sample=sample, trace_pks=trace_pks)
+    edges = [Edge(parent, node, "call", n) for parent, node, n in _call_counts(project=project, trace_pks=trace_pks)
+             if parent != node]
     agents = (spans.filter(kind=Span.Kind.AGENT).order_by("trace_id", "parent_span_id", "start_time", "pk")
               .values_list("trace_id", "parent_span_id", "node", "start_time", "end_time"))
     counts: dict[tuple[str, str], int] = {}

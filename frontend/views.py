@@ -81,8 +81,9 @@ def workflow(request: HttpRequest, slug: str) -> HttpResponse:
     releases = queries.trace_releases(project=project)
     release = release_param(request, releases)
     sample = queries.GRAPH_TRACE_SAMPLE
-    stats = queries.node_stats(project=project, release=release, sample=sample)
-    edges = queries.workflow_edges(project=project, release=release, sample=sample)
+    trace_pks = queries.sample_trace_pks(project=project, release=release, sample=sample)
+    stats = queries.node_stats(project=project, release=release, sample=sample, trace_pks=trace_pks)
+    edges = queries.workflow_edges(project=project, release=release, sample=sample, trace_pks=trace_pks)
     graph = charts.workflow_graph(stats, edges)
     if graph:
         counts = queries.insight_counts_by_node(project=project)
@@ -100,7 +101,8 @@ def nodes(request: HttpRequest, slug: str) -> HttpResponse:
     project = project_for(request, slug)
     releases = queries.trace_releases(project=project)
     release = release_param(request, releases)
-    rows = queries.node_stats(project=project, release=release)
+    sample = queries.GRAPH_TRACE_SAMPLE
+    rows = queries.node_stats(project=project, release=release, sample=sample)
     sort = request.GET.get("sort", "pass")
     if sort == "spans":
         rows.sort(key=lambda r: (-r.spans, r.node))
@@ -110,7 +112,7 @@ def nodes(request: HttpRequest, slug: str) -> HttpResponse:
         sort = "pass"
         rows.sort(key=lambda r: (r.pass_rate if r.pass_rate is not None else 2, r.node))
     context = {"project": project, "nav": "nodes", "releases": releases, "release": release, "rows": rows,
-               "sort": sort, "has_feedback": queries.latest_run(project=project) is not None}
+               "sort": sort, "has_feedback": queries.latest_run(project=project) is not None, "sample": sample}
     context.update(_heatmap_context(request, project))
     return render(request, "frontend/nodes.html", context)
 

@@ -150,7 +150,7 @@ def test_detail_links_evidence_to_the_viewer_at_the_span(insighted, owner):
     assert f"/p/{project.slug}/traces/{evidence.trace.trace_id}/?span={evidence.span_id}" in html
     for text in (insight.title, "Trend by release", "Node-level insights it contains", "Evolve", "csrfmiddlewaretoken"):
         assert text in html
-    assert 'disabled title="The evolution module is coming' in html
+    assert f'/p/{project.slug}/evolution/new/?insight={insight.pk}" data-testid="evolve"' in html
     for link in insight.node_links.select_related("node"):
         assert f"/p/{project.slug}/insights/{link.node.pk}/" in html
     ticket = Ticket.objects.get(project=project, insight=insight)
