@@ -262,3 +262,42 @@ def test_a_worker_killed_mid_trials_is_failed_by_the_janitor(celery_worker, work
     celery_worker.start()
     _wait(lambda: "'gone'" in celery_worker.log_path.read_text(), timeout=60, what="the redelivered stage")
     assert not TrialRun.objects.filter(job=job, arm="candidate").exists()
+
+
+@pytest.mark.django_db
+def test_janitor_rolls_back_a_hot_swap_whose_promoter_died(project, router_remote, refund_insight, tmp_path):
+    from evolution.deploy import (
+        hot_swap_config_validate, release_mark_healthy, release_promotion_begin, release_stage, release_swap,
+    )
+    from evolution.selectors import evolution_target_releases_root
+    from evolution.services import job_transition
+
+    hot_swap = {"activator": {"kind": "process", "command": "python -c 'import time; time.sleep(600)'"},
+                "probes": [{"kind": "process_alive"}], "health": {"interval_s": 0.2, "window_s": 4,
+                                                                   "passes_required": 2}}
+    target = evolution_target_add(project=project, name="router-hot", source=str(router_remote),
+                                  config={**CONFIG, "hot_swap": hot_swap})
+    root = evolution_target_releases_root(target=target)
+    for release in ("good", "half-done"):
+        (tmp_path / release).mkdir()
+        (tmp_path / release / "agent.py").write_text(f"# {release}\n")
+        release_stage(releases_root=root, release_id=release, source_dir=tmp_path / release)
+    release_swap(releases_root=root, release_id="good", reason="first")
+    release_mark_healthy(releases_root=root, release_id="good")
+    release_promotion_begin(releases_root=root, release_id="half-done", reason="the job's promotion")
+    release_swap(releases_root=root, release_id="half-done", reason="the job's promotion")  # ...and the worker died
+    job = _start(project, target, refund_insight, tmp_path, [], {"trials": 1})
+    for state in ("PREPARING", "BASELINE", "LOCATING", "PLANNING", "PLAN_REVIEW", "IMPLEMENTING", "CODE_REVIEW",
+                  "CHECKING", "TRIALS", "VERDICT", "AWAITING_CONSENT", "PROMOTING", "HEALTH_CHECK"):
+        job_transition(job_id=job.pk, from_states=[EvolutionJob.objects.get(pk=job.pk).state], to_state=state,
+                       actor="test", event="walk")
+    EvolutionJob.objects.filter(pk=job.pk).update(
+        heartbeat_at=timezone.now() - timedelta(hours=1), config_snapshot={**job.config_snapshot, "mode": "hot_swap"})
+    try:
+        assert janitor_run()["failed"] == [job.pk]
+        job.refresh_from_db()
+        assert (job.state, job.terminal_reason) == ("FAILED", "worker_lost")
+        assert "hot-swap recovery: rolled_back (recovered), active release good" in job.error
+        assert (root / "current").resolve().name == "good"
+    finally:
+        hot_swap_config_validate(hot_swap).build(releases_root=root).activator.stop()
