@@ -119,14 +119,14 @@ def junit_xml(comparison: dict, args: argparse.Namespace, over: dict[str, bool])
     failures = sum(1 for change, _ in rows if over.get(change)) + (1 if any(over.values()) else 0)
     suites = ET.Element("testsuites", name="clear-gate", tests=str(len(rows) + 1), failures=str(failures),
                         errors="0")
-    suite = ET.SubElement(suites, "testsuite", name=f"clear gate {args.release} vs {args.baseline_release}",
+    suite = ET.SubElement(suites, "testsuite", name=_xml(f"clear gate {args.release} vs {args.baseline_release}"),
                           tests=str(len(rows) + 1), failures=str(failures), errors="0", skipped="0", time="0")
     properties = ET.SubElement(suite, "properties")
     for name, value in (("release", args.release), ("baseline_release", args.baseline_release),
                         ("head_run", comparison["head"]["id"]), ("base_run", comparison["base"]["id"]),
                         ("max_new", args.max_new), ("max_worse", args.max_worse),
                         *((f"threshold.{k}", v) for k, v in comparison["thresholds"].items())):
-        ET.SubElement(properties, "property", name=name, value=str(value))
+        ET.SubElement(properties, "property", name=name, value=_xml(str(value)))
     counts = comparison["counts"]
     gate = ET.SubElement(suite, "testcase", classname="clear.gate", name="new and worse insights within limits",
                          time="0")
@@ -134,16 +134,26 @@ def junit_xml(comparison: dict, args: argparse.Namespace, over: dict[str, bool])
         message = ", ".join(f"{counts[c]} {c} insight(s) (max {_limits(args)[c]})" for c in over if over[c])
         ET.SubElement(gate, "failure", message=message, type="gate").text = message
     for change, row in rows:
-        case = ET.SubElement(suite, "testcase", classname=f"clear.insights.{row['level']}.{row['node'] or 'system'}",
-                             name=_label(row), time="0")
+        case = ET.SubElement(suite, "testcase", name=_xml(_label(row)), time="0",
+                             classname=_xml(f"clear.insights.{row['level']}.{row['node'] or 'system'}"))
         detail = (f"{change}: {row['title']}\nnode {row['node'] or '-'}, severity {row['severity']}, insight "
                   f"{row['id']}\nbaseline {_share(row['base'])}, this release {_share(row['head'])}")
         if over.get(change):
-            ET.SubElement(case, "failure", message=f"{change} insight: {row['title']}", type=change).text = detail
+            ET.SubElement(case, "failure", message=_xml(f"{change} insight: {row['title']}"),
+                          type=change).text = _xml(detail)
         else:
-            ET.SubElement(case, "system-out").text = detail
+            ET.SubElement(case, "system-out").text = _xml(detail)
     ET.indent(suites)
     return ET.tostring(suites, encoding="utf-8", xml_declaration=True)
+
+
+def _xml(text: str) -> str:
+    """XML 1.0 cannot hold most control characters, which a trace-derived title may contain."""
+    return "".join(c if c in "\t\n\r" or ord(c) >= 0x20 else "\ufffd" for c in text)
+
+
+def _code(text: str) -> str:
+    return "`" + " ".join(text.replace("`", "'").split()) + "`"
 
 
 def md_escape(text: str) -> str:
@@ -156,7 +166,7 @@ def md_escape(text: str) -> str:
 def markdown_summary(comparison: dict, args: argparse.Namespace, over: dict[str, bool], *, ui_base: str = "") -> str:
     counts = comparison["counts"]
     verdict = "failed" if any(over.values()) else "passed"
-    lines = [f"## Clear gate {verdict}: `{md_escape(args.release)}` against `{md_escape(args.baseline_release)}`", "",
+    lines = [f"## Clear gate {verdict}: {_code(args.release)} against {_code(args.baseline_release)}", "",
              f"Runs: this release {comparison['head']['id']} ({comparison['head']['judged']} traces judged), "
              f"baseline {comparison['base']['id']} ({comparison['base']['judged']}).", "",
              "| insights | count | limit |", "| --- | ---: | ---: |"]

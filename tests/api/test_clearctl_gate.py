@@ -109,3 +109,28 @@ def test_errors_exit_2_with_a_message(gate_env, project, monkeypatch, capsys):
     monkeypatch.setenv("CLEAR_URL", "not a url")
     assert main(["gate", "--release", "R", "--baseline-release", "R"]) == 2
     assert "CLEAR_URL" in capsys.readouterr().err
+
+
+@pytest.mark.django_db(transaction=False)
+def test_reports_stay_valid_whatever_the_titles_hold():
+    import argparse
+
+    from clear.cli_gate import _over, junit_xml, markdown_summary
+
+    title = 'Refund <b>routed</b> | to "orders_worker" \x01\x00 [x](javascript:alert(1))'
+    side = {"count": 1, "trace_count": 1, "judged": 2, "frequency": 0.5}
+    row = {"id": 7, "level": "node", "node": "planner", "title": title, "severity": "high", "status": "open",
+           "review": "unreviewed", "change": "new", "base": {**side, "trace_count": 0, "frequency": 0.0},
+           "head": side, "delta": 0.5, "delta_low": 0.1, "delta_high": 0.9, "url": "/api/v1/insights/7/"}
+    comparison = {"base": {"id": "b", "judged": 2}, "head": {"id": "h", "judged": 2},
+                  "thresholds": {"min_delta": 0.05, "confidence": 0.95, "min_traces": 1},
+                  "counts": {"new": 1, "worse": 0, "resolved": 0, "better": 0, "unchanged": 0},
+                  "new": [row], "worse": [], "resolved": [], "better": [], "unchanged": []}
+    args = argparse.Namespace(release="v`1", baseline_release="main", max_new=0, max_worse=0)
+    over = _over(comparison, {"new": 0, "worse": 0})
+    suite = ET.fromstring(junit_xml(comparison, args, over)).find("testsuite")
+    [case] = [c for c in suite.iter("testcase") if c.get("classname") == "clear.insights.node.planner"]
+    assert case.find("failure").get("message").startswith('new insight: Refund <b>routed</b> | to "orders_worker"')
+    text = markdown_summary(comparison, args, over)
+    assert text.startswith("## Clear gate failed: `v'1` against `main`")
+    assert "<b>" not in text and "](javascript" not in text and "\\|" in text
