@@ -281,3 +281,64 @@ class AuditEvent(models.Model):
 
     class Meta:
         ordering = ["ts", "pk"]
+
+
+class Release(models.Model):
+    """A hot-swap release of a target (evolution.md §7.2), kept in step with evolution/deploy's state.json, which
+    stays the authority on disk (`current`, last-good); these rows are the history the pages and the loop read."""
+
+    class Status(models.TextChoices):
+        STAGED = "staged"  # staged, being health-checked (or its promoter died)
+        ACTIVE = "active"  # `current` points at it and it passed its health window
+        SUPERSEDED = "superseded"  # an active release a later one replaced
+        ROLLED_BACK = "rolled_back"  # failed its window; `current` went back to the previous release
+        FAILED = "failed"  # preflight failed, or it stayed current unhealthy (nothing to roll back to)
+
+    target = models.ForeignKey(EvolutionTarget, on_delete=models.CASCADE, related_name="releases")
+    job = models.ForeignKey(EvolutionJob, null=True, blank=True, on_delete=models.SET_NULL, related_name="releases")
+    release_id = models.CharField(max_length=200, help_text="the directory under <releases root>/releases/")
+    commit = models.CharField(max_length=40, blank=True)
+    path = models.CharField(max_length=1000)
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.STAGED)
+    previous = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
+                                 help_text="the release `current` pointed at before this one was swapped in")
+    health_report = models.JSONField(default=dict, blank=True)
+    activated_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["target", "release_id"], name="evolution_release_unique")]
+        ordering = ["-created_at", "-pk"]
+
+    def __str__(self) -> str:
+        return self.release_id
+
+
+class InsightFix(models.Model):
+    """The release that carries a promoted fix for an insight, watched by later diagnosis runs (closing the loop):
+    the insight is marked fixed when its frequency among traces of that release (or later ones) falls under
+    CLEAR_INSIGHT_FIXED_BELOW, and this row notes a reopening when the pattern comes back."""
+
+    class Status(models.TextChoices):
+        WATCHING = "watching"  # promoted, no qualifying run yet
+        FIXED = "fixed"
+        REOPENED = "reopened"
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    insight = models.ForeignKey("diagnosis.Insight", on_delete=models.CASCADE, related_name="evolution_fixes")
+    job = models.OneToOneField(EvolutionJob, on_delete=models.CASCADE, related_name="fix")
+    release = models.CharField(max_length=200, help_text="the trace release (service.version) carrying the fix")
+    commit = models.CharField(max_length=40, blank=True)
+    promoted_at = models.DateTimeField(help_text="traces of releases first seen after this count as later ones")
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.WATCHING)
+    fixed_run = models.ForeignKey("diagnosis.DiagnosisRun", null=True, blank=True, on_delete=models.SET_NULL,
+                                  related_name="+")
+    reopened_run = models.ForeignKey("diagnosis.DiagnosisRun", null=True, blank=True, on_delete=models.SET_NULL,
+                                     related_name="+")
+    evidence = models.JSONField(default=dict, blank=True, help_text="the last check: judged, affected, frequency")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["project", "status"], name="evolution_fix_project_status")]
