@@ -27,6 +27,7 @@ from evolution.backends import BACKENDS
 from evolution.models import TERMINAL_STATES, EvolutionJob, JobState
 from evolution.selectors import (
     evolution_artifact_get,
+    evolution_job_artifacts,
     evolution_job_events,
     evolution_job_get,
     evolution_job_list,
@@ -52,6 +53,7 @@ from frontend.views import project_for
 PAGE_SIZE = 30
 DIFF_MAX_LINES = 4000
 DOC_MAX_BYTES = 2_000_000
+BULK_KINDS = ("trial_trace", "log")  # one per trial or role run: folded away under the main artifacts
 FIXTURES_DIR = Path(settings.BASE_DIR) / "examples" / "support_desk" / "evolution"
 MODE_LABELS = {"pr": "pull request (push a branch for review)",
                "hot_swap": "hot swap (swap a release in, health-check, roll back if unhealthy)"}
@@ -257,6 +259,7 @@ def job_detail(request: HttpRequest, slug: str, job_id: int) -> HttpResponse:
             diff, diff_cut = diff_lines(_text(patch))
     candidate = job.best_iteration
     stages = list(evolution_job_stage_runs(project=project, job=job))
+    artifacts = list(evolution_job_artifacts(project=project, job=job))
     for stage in stages:
         stage.took_ms = (stage.finished_at - stage.started_at).total_seconds() * 1000 if stage.finished_at else None
     context = {
@@ -264,7 +267,8 @@ def job_detail(request: HttpRequest, slug: str, job_id: int) -> HttpResponse:
         "mode_label": job_mode(job).replace("_", " "), "status": job_status_data(job), "stages": stages,
         "reviews": reviews, "shown": shown, "docs": docs, "diff": diff, "diff_cut": diff_cut,
         "events": list(evolution_job_events(project=project, job=job)),
-        "artifacts": list(job.artifacts.select_related("iteration").order_by("created_at", "pk")),
+        "artifacts": [a for a in artifacts if a.kind not in BULK_KINDS],
+        "bulk_artifacts": [a for a in artifacts if a.kind in BULK_KINDS],
         "awaiting": job.state == JobState.AWAITING_CONSENT and candidate is not None,
         "candidate": candidate, "terminal": job.state in TERMINAL_STATES,
     }

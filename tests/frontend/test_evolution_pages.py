@@ -5,6 +5,8 @@ jobs list at a constant query count, targets registered and edited with per-fiel
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import pytest
 from django.db import connection
@@ -21,6 +23,7 @@ from tests.evolution.conftest import evolution_dir, refund_insight, router_remot
 from tests.evolution.fixture_repo import CONFIG, FIXED_BRANCH, replace_edit
 from tests.evolution.support import happy_entries, script_write
 from tests.frontend.conftest import client_for
+
 
 pytestmark = pytest.mark.django_db
 
@@ -263,3 +266,103 @@ def test_release_history_from_the_deploy_state(client, project, tmp_path):
     assert f'data-target="{plain.pk}"' in html and "Not configured for hot swap" in html
     assert 'data-testid="current-release">r2<' in html and "job for r2" in html and "job for r1" in html
     assert html.index("job for r2") < html.index("job for r1")  # newest swap first
+
+
+# --- in the browser, through a real worker: the example agent's mediator_race insight to PROMOTE_ELIGIBLE --------
+
+@pytest.fixture
+def worker_evolution_dir(settings):
+    """The worker process reads CLEAR_EVOLUTION_DIR from its environment (set by tests/evolution/conftest.py before it
+    started); the pages read the artifacts it writes from there."""
+    settings.CLEAR_EVOLUTION_DIR = Path(os.environ["CLEAR_EVOLUTION_DIR"])
+    return settings.CLEAR_EVOLUTION_DIR
+
+
+@pytest.mark.browser
+@pytest.mark.worker
+@pytest.mark.django_db(transaction=True)
+def test_evolve_the_mediator_race_insight_in_the_browser(live_server, page, celery_worker, worker_evolution_dir,
+                                                         project, owner, tmp_path, axe_path):
+    from examples.support_desk.target_repo import target_repo_make
+    from tests.diagnosis.support import support_desk_ingest
+    from tests.evolution.support import insight_for_traces
+    from tests.frontend.support import axe_violations, describe, login
+    from tests.support.browser import screenshot
+    from traces.models import Trace
+
+    target_repo_make(dest=tmp_path / "desk")  # mediator_race and retry_loop built in, misroute fixed
+    support_desk_ingest(project=project, bugs="mediator_race,retry_loop", release="v2",
+                        task_ids=["orders-and-next-bill", "track-two-packages", "two-how-to-questions",
+                                  "two-orders-status"])
+    insight = insight_for_traces(project=project, node="mediator",
+                                 traces=list(Trace.objects.filter(project=project, outcome="failure")),
+                                 title="The mediator drops a finding when two tool results complete together")
+    problems: list[str] = []
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+
+    def check(name: str) -> None:
+        assert page.title().endswith("· Clear"), page.title()
+        for landmark in ("header", "nav", "main"):
+            assert page.locator(landmark).count() >= 1, f"{name}: no <{landmark}>"
+        violations = axe_violations(page, axe_path)
+        screenshot(page, name)
+        if violations:
+            problems.append(f"{name}:\n{describe(violations)}")
+
+    login(page, live_server.url)
+    base = f"{live_server.url}/p/{project.slug}/evolution"
+    # Register the example agent as a target (its evolution.json read from the repository)...
+    page.goto(base + "/targets/")
+    page.fill("#id_name", "support_desk")
+    page.fill("#id_source", str(tmp_path / "desk"))
+    page.click("[data-testid=target-submit]")
+    page.wait_for_selector("[data-testid=target-table]")
+    check("evolution-targets")
+    # ...then edit its config: a bad value is named, one trial per task (the desk is deterministic per seed) is saved.
+    page.click("[data-testid=target-table] >> text=support_desk")
+    config = json.loads(page.input_value("#id_config"))
+    page.fill("#id_config", json.dumps({**config, "trials": 0}))
+    page.click("[data-testid=target-save]")
+    assert "trials" in page.inner_text("[data-testid=config-errors]")
+    check("evolution-target-error")
+    page.fill("#id_config", json.dumps({**config, "trials": 1}, indent=2))
+    page.click("[data-testid=target-save]")
+    page.wait_for_selector(".flash.success")
+
+    # Evolve on the insight: the form offers the desk's scripted fixtures, the fixing one chosen.
+    page.goto(f"{live_server.url}/p/{project.slug}/insights/{insight.pk}/")
+    page.click("[data-testid=evolve]")
+    page.wait_for_selector("[data-testid=evolve-form]")
+    assert page.locator("input[name=fixture][value$='mediator_race_fix.json']").is_checked()
+    assert page.input_value("#id_script").endswith("mediator_race_fix.json")
+    check("evolution-evolve-form")
+    page.click("[data-testid=evolve-submit]")
+    page.wait_for_selector("[data-testid=job-state]")
+    assert "/evolution/jobs/" in page.url
+    check("evolution-job-running")
+
+    # The page follows the job through the worker (it reloads on each state change) to the verdict.
+    page.wait_for_selector("[data-testid=verdict-decision]:has-text('PROMOTE_ELIGIBLE')", timeout=420_000)
+    assert "AWAITING_CONSENT" in page.inner_text("[data-testid=job-state]")
+    for section in ("stage-timeline", "gate-table", "task-table", "diff", "plan", "plan-review", "code-review"):
+        assert page.locator(f"[data-testid={section}]").count() == 1, section
+    assert page.locator("[data-testid=task-table] tr[data-task='two-orders-status']").count() == 1
+    assert page.locator("[data-testid=diff] .diff-add").count() > 0
+    sha = page.inner_text("[data-testid=patch-sha]").strip()
+    job = EvolutionJob.objects.get(project=project)
+    assert sha == job.best_iteration.patch_sha256
+    check("evolution-job-awaiting-consent")
+
+    page.click("[data-testid=approve]")
+    page.wait_for_selector("[data-testid=pr-branch]", timeout=120_000)
+    assert page.inner_text("[data-testid=pr-branch]") == f"evo/{job.pk}/1"
+    assert "PR_OPENED" in page.inner_text("[data-testid=job-state]")
+    check("evolution-job-pr-opened")
+    page.goto(base + "/")
+    assert page.locator(f"[data-testid=job-table] tr[data-job='{job.pk}']").count() == 1
+    check("evolution-jobs")
+    page.goto(base + "/releases/")
+    check("evolution-releases")
+    assert not errors, errors
+    assert not problems, "\n".join(problems)
