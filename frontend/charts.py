@@ -6,7 +6,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from frontend.queries import Edge, NodeStats, VolumeSeries
+from frontend.graph_queries import Edge, NodeStats
+from frontend.queries import VolumeSeries
 
 # ---------------------------------------------------------------------------------------------------------------
 # time series

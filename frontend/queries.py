@@ -18,10 +18,6 @@ from clear.projects.models import Project
 from diagnosis.models import DiagnosisRun, Feedback, FeedbackCorrection
 from traces.models import Span, Trace
 
-# The workflow graph looks at this many of the newest matching traces: enough to see every path the agent takes,
-# bounded so the page stays fast on a project with millions of spans.
-GRAPH_TRACE_SAMPLE = 2000
-
 
 # ---------------------------------------------------------------------------------------------------------------
 # failing verdicts
@@ -229,69 +225,7 @@ def latest_run(*, project: Project) -> DiagnosisRun | None:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# nodes and the workflow graph
-
-
-@dataclass
-class NodeStats:
-    node: str
-    spans: int
-    traces: int
-    errors: int
-    failing: int  # spans with a failing verdict from any run
-    bad: int  # spans with an error or a failing verdict
-    agent_spans: int = 0
-
-    @property
-    def pass_rate(self) -> float | None:
-        return (self.spans - self.bad) / self.spans if self.spans else None
-
-
-def sample_trace_pks(*, project: Project, release: str = "", sample: int) -> list[int]:
-    """The pks of the newest `sample` traces (of `release`): one index scan. A literal list, so the span queries
-    that use it are planned as index lookups by trace rather than a scan of every span."""
-    traces = Trace.objects.filter(project=project)
-    if release:
-        traces = traces.filter(release="" if release == "(none)" else release)
-    pks = list(traces.filter(start_time__isnull=False).order_by("-start_time", "-pk")
-               .values_list("pk", flat=True)[:sample])
-    if len(pks) < sample:  # a small project: traces with no start time yet (still arriving) too
-        pks += traces.filter(start_time__isnull=True).order_by("-pk").values_list("pk", flat=True)[:sample - len(pks)]
-    return pks
-
-
-def _spans_in_scope(*, project: Project, release: str = "", sample: int | None = None,
-                    trace_pks: list[int] | None = None) -> QuerySet[Span]:
-    spans = Span.objects.filter(project=project)
-    if sample:
-        if trace_pks is None:
-            trace_pks = sample_trace_pks(project=project, release=release, sample=sample)
-        return spans.filter(trace_id__in=trace_pks)
-    if release:
-        spans = spans.filter(trace__release="" if release == "(none)" else release)
-    return spans
-
-
-def node_stats(*, project: Project, release: str = "", sample: int | None = None,
-               trace_pks: list[int] | None = None) -> list[NodeStats]:
-    """Per node: spans, traces, error spans, spans with a failing verdict, and the pass rate (share of spans with
-    neither), over the newest `sample` traces (all when None). Two grouped queries: the spans, then the spans with
-    a failing verdict (a semi-join, not a probe of the verdicts per span)."""
-    spans = _spans_in_scope(project=project, release=release, sample=sample, trace_pks=trace_pks)
-    rows = (spans.values("node").annotate(
-        spans=Count("pk"), traces=Count("trace_id", distinct=True), errors=Count("pk", filter=Q(status="error")),
-        agent_spans=Count("pk", filter=Q(kind=Span.Kind.AGENT))).order_by("node"))
-    failing = failing_feedback().filter(project=project, trace_id=OuterRef("trace_id"),
-                                        target_span_id=OuterRef("span_id"))
-    failed = dict((node, (n, n_error)) for node, n, n_error in
-                  spans.filter(Exists(failing)).values("node")
-                  .annotate(n=Count("pk"), n_error=Count("pk", filter=Q(status="error")))
-                  .values_list("node", "n", "n_error").order_by())
-    stats = []
-    for row in rows:
-        n, n_error = failed.get(row["node"], (0, 0))
-        stats.append(NodeStats(**row, failing=n, bad=row["errors"] + n - n_error))
-    return stats
+# insights
 
 
 def by_rank(insights: QuerySet) -> QuerySet:
@@ -309,71 +243,6 @@ def insight_counts_by_node(*, project: Project) -> dict[str, int]:
     rows = (insight_list(project=project, level=Insight.Level.NODE, include_other=False).order_by()
             .values("node").annotate(n=Count("pk", distinct=True)).values_list("node", "n"))
     return dict(rows)
-
-
-@dataclass(frozen=True)
-class Edge:
-    source: str
-    target: str
-    kind: str  # "call" (parent span → child span) | "handoff" (one sibling agent span, then the next)
-    count: int
-
-
-_SIBLING_GROUP_MAX = 200
-
-
-def _handoffs(group: list[tuple]) -> list[tuple[str, str]]:
-    """(from node, to node) for one set of sibling agent spans [(node, start, end)] in start order: each span's
-    immediate predecessors are the siblings that ended before it started with no other such sibling in between,
-    so two agents running side by side hand off to whoever runs after both, never to each other."""
-    if len(group) > _SIBLING_GROUP_MAX:  # pathological fan-out: consecutive pairs only
-        return [(a[0], b[0]) for a, b in zip(group, group[1:], strict=False)]
-    pairs = []
-    for index, (node, start, _end) in enumerate(group):
-        before = [p for p in group[:index] if p[2] <= start]
-        for previous in before:
-            if not any(other is not previous and previous[2] <= other[1] for other in before):
-                pairs.append((previous[0], node))
-    return pairs
-
-
-def _call_counts(*, project: Project, trace_pks: list[int]) -> list[tuple[str, str, int]]:
-    """(parent node, child node, spans) over the given traces: one hash self-join of their spans."""
-    table, col = Span._meta.db_table, {f.name: f.column for f in Span._meta.concrete_fields}
-    sql = (f"SELECT p.{col['node']}, c.{col['node']}, count(*) FROM {table} AS c JOIN {table} AS p "
-           f"ON p.{col['trace']} = c.{col['trace']} AND p.{col['span_id']} = c.{col['parent_span_id']} "
-           f"WHERE c.{col['project']} = %s AND p.{col['project']} = %s AND c.{col['trace']} = ANY(%s) "
-           f"AND p.{col['trace']} = ANY(%s) AND c.{col['parent_span_id']} <> '' GROUP BY 1, 2")
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [project.pk, project.pk, trace_pks, trace_pks])
-        return cursor.fetchall()
-
-
-def workflow_edges(*, project: Project, release: str = "", sample: int = GRAPH_TRACE_SAMPLE,
-                   trace_pks: list[int] | None = None) -> list[Edge]:
-    """Transitions between nodes observed in the newest `sample` traces: a span of node A with a child of node B
-    (call), and sequential AGENT spans under one parent (hand-off: B started after A ended, with no sibling agent
-    in between). Self-transitions are left out. Two queries."""
-    if trace_pks is None:
-        trace_pks = sample_trace_pks(project=project, release=release, sample=sample)
-    spans = _spans_in_scope(project=project, release=release, sample=sample, trace_pks=trace_pks)
-    edges = [Edge(parent, node, "call", n) for parent, node, n in _call_counts(project=project, trace_pks=trace_pks)
-             if parent != node]
-    agents = (spans.filter(kind=Span.Kind.AGENT).order_by("trace_id", "parent_span_id", "start_time", "pk")
-              .values_list("trace_id", "parent_span_id", "node", "start_time", "end_time"))
-    counts: dict[tuple[str, str], int] = {}
-    group: list[tuple] = []
-    key = None
-    for trace_pk, parent, node, start, end in agents.iterator(chunk_size=5000):
-        if (trace_pk, parent) != key:
-            for pair in _handoffs(group):
-                counts[pair] = counts.get(pair, 0) + 1
-            group, key = [], (trace_pk, parent)
-        group.append((node, start, max(end or start, start)))
-    for pair in _handoffs(group):
-        counts[pair] = counts.get(pair, 0) + 1
-    edges += [Edge(a, b, "handoff", n) for (a, b), n in counts.items() if a and b and a != b]
-    return sorted(edges, key=lambda e: (e.kind, -e.count, e.source, e.target))
 
 
 # ---------------------------------------------------------------------------------------------------------------

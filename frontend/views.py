@@ -15,7 +15,7 @@ from clear.projects.models import Project
 from clear.projects.selectors import api_key_list, project_get_for_user, project_list_for_user
 from clear.projects.services import api_key_create, api_key_revoke
 from diagnosis.models import Insight
-from frontend import charts, heatmap, queries
+from frontend import charts, graph_queries, heatmap, queries
 from traces.selectors import trace_list, trace_stats
 
 
@@ -80,10 +80,9 @@ def workflow(request: HttpRequest, slug: str) -> HttpResponse:
     project = project_for(request, slug)
     releases = queries.trace_releases(project=project)
     release = release_param(request, releases)
-    sample = queries.GRAPH_TRACE_SAMPLE
-    trace_pks = queries.sample_trace_pks(project=project, release=release, sample=sample)
-    stats = queries.node_stats(project=project, release=release, sample=sample, trace_pks=trace_pks)
-    edges = queries.workflow_edges(project=project, release=release, sample=sample, trace_pks=trace_pks)
+    sample = graph_queries.GRAPH_TRACE_SAMPLE
+    trace_pks = graph_queries.sample_trace_pks(project=project, release=release, sample=sample)
+    stats, edges = graph_queries.workflow(project=project, trace_pks=trace_pks)
     graph = charts.workflow_graph(stats, edges)
     if graph:
         counts = queries.insight_counts_by_node(project=project)
@@ -101,8 +100,9 @@ def nodes(request: HttpRequest, slug: str) -> HttpResponse:
     project = project_for(request, slug)
     releases = queries.trace_releases(project=project)
     release = release_param(request, releases)
-    sample = queries.GRAPH_TRACE_SAMPLE
-    rows = queries.node_stats(project=project, release=release, sample=sample)
+    sample = graph_queries.GRAPH_TRACE_SAMPLE
+    rows = graph_queries.node_stats(
+        project=project, trace_pks=graph_queries.sample_trace_pks(project=project, release=release, sample=sample))
     sort = request.GET.get("sort", "pass")
     if sort == "spans":
         rows.sort(key=lambda r: (-r.spans, r.node))

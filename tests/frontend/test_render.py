@@ -5,7 +5,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 from frontend.charts import volume_chart, workflow_graph
-from frontend.queries import Edge, NodeStats, VolumeBucket, VolumeSeries, _handoffs
+from frontend.graph_queries import Edge, NodeStats, _handoffs
+from frontend.queries import VolumeBucket, VolumeSeries
 from frontend.render import FOLD_CHARS, highlight, quote_pattern, render_value
 
 

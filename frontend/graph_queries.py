@@ -1,0 +1,151 @@
+"""Per-node figures and the workflow graph's transitions, over the newest traces of a project.
+
+Both pages look at the newest GRAPH_TRACE_SAMPLE traces: enough to see every path the agent takes and its current
+health, bounded so a project with millions of spans costs what one with thousands does. The sampled traces are
+passed to Postgres as a literal list of pks, so their spans are read by index, never by a scan of every span.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from django.db.models import Count, Q
+
+from clear.projects.models import Project
+from frontend.queries import failing_feedback
+from traces.models import Span, Trace
+
+GRAPH_TRACE_SAMPLE = 2000
+_SIBLING_GROUP_MAX = 200
+
+
+@dataclass
+class NodeStats:
+    node: str
+    spans: int
+    traces: int
+    errors: int
+    failing: int  # spans with a failing verdict from any run
+    bad: int  # spans with an error or a failing verdict
+    agent_spans: int = 0
+
+    @property
+    def pass_rate(self) -> float | None:
+        return (self.spans - self.bad) / self.spans if self.spans else None
+
+
+@dataclass(frozen=True)
+class Edge:
+    source: str
+    target: str
+    kind: str  # "call" (parent span → child span) | "handoff" (one sibling agent span, then the next)
+    count: int
+
+
+def sample_trace_pks(*, project: Project, release: str = "", sample: int = GRAPH_TRACE_SAMPLE) -> list[int]:
+    """The pks of the newest `sample` traces (of `release`): one index scan."""
+    traces = Trace.objects.filter(project=project)
+    if release:
+        traces = traces.filter(release="" if release == "(none)" else release)
+    pks = list(traces.filter(start_time__isnull=False).order_by("-start_time", "-pk")
+               .values_list("pk", flat=True)[:sample])
+    if len(pks) < sample:  # a small project: traces with no start time yet (still arriving) too
+        pks += traces.filter(start_time__isnull=True).order_by("-pk").values_list("pk", flat=True)[:sample - len(pks)]
+    return pks
+
+
+def failing_spans(*, project: Project, trace_pks: list[int]) -> set[tuple[int, str]]:
+    """(trace pk, span id) of the spans of these traces that a verdict nobody marked wrong fails; one query,
+    by the verdicts' trace index."""
+    return set(failing_feedback().filter(project=project, trace_id__in=trace_pks, target_span_id__isnull=False)
+               .values_list("trace_id", "target_span_id").distinct())
+
+
+def _stats(rows: dict[str, dict], failing_by_node: dict[str, tuple[int, int]]) -> list[NodeStats]:
+    stats = []
+    for node in sorted(rows):
+        row = rows[node]
+        n, n_error = failing_by_node.get(node, (0, 0))
+        stats.append(NodeStats(node=node, spans=row["spans"], traces=row["traces"], errors=row["errors"],
+                               agent_spans=row["agent_spans"], failing=n, bad=row["errors"] + n - n_error))
+    return stats
+
+
+def node_stats(*, project: Project, trace_pks: list[int]) -> list[NodeStats]:
+    """Per node of these traces: spans, traces, error spans, spans with a failing verdict, and the pass rate (share
+    of spans with neither). Two queries: one grouped over the spans, the failing verdicts."""
+    spans = Span.objects.filter(project=project, trace_id__in=trace_pks)
+    rows = {r["node"]: r for r in spans.values("node").annotate(
+        spans=Count("pk"), traces=Count("trace_id", distinct=True), errors=Count("pk", filter=Q(status="error")),
+        agent_spans=Count("pk", filter=Q(kind=Span.Kind.AGENT))).order_by()}
+    failing = failing_spans(project=project, trace_pks=trace_pks)
+    by_node: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    if failing:
+        found = (spans.filter(trace_id__in={t for t, _ in failing}, span_id__in={s for _, s in failing})
+                 .values_list("trace_id", "span_id", "node", "status"))
+        for trace_pk, span_id, node, status in found:
+            if (trace_pk, span_id) in failing:
+                by_node[node][0] += 1
+                by_node[node][1] += status == "error"
+    return _stats(rows, {node: tuple(v) for node, v in by_node.items()})
+
+
+def _handoffs(group: list[tuple]) -> list[tuple[str, str]]:
+    """(from node, to node) for one set of sibling agent spans [(node, start, end)] in start order: each span's
+    immediate predecessors are the siblings that ended before it started with no other such sibling in between,
+    so two agents running side by side hand off to whoever runs after both, never to each other."""
+    if len(group) > _SIBLING_GROUP_MAX:  # pathological fan-out: consecutive pairs only
+        return [(a[0], b[0]) for a, b in zip(group, group[1:], strict=False)]
+    pairs = []
+    for index, (node, start, _end) in enumerate(group):
+        before = [p for p in group[:index] if p[2] <= start]
+        for previous in before:
+            if not any(other is not previous and previous[2] <= other[1] for other in before):
+                pairs.append((previous[0], node))
+    return pairs
+
+
+def workflow(*, project: Project, trace_pks: list[int]) -> tuple[list[NodeStats], list[Edge]]:
+    """Node figures and transitions of these traces from one read of their spans (plus the failing verdicts):
+    a span of node A with a child of node B is a call; sequential AGENT spans under one parent are a hand-off
+    (B started after A ended, with no sibling agent in between). Self-transitions are left out."""
+    spans = (Span.objects.filter(project=project, trace_id__in=trace_pks).order_by()
+             .values_list("pk", "trace_id", "span_id", "parent_span_id", "node", "kind", "status", "start_time",
+                          "end_time"))
+    failing = failing_spans(project=project, trace_pks=trace_pks)
+    rows: dict[str, dict] = defaultdict(lambda: {"spans": 0, "traces": set(), "errors": 0, "agent_spans": 0})
+    failing_by_node: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    node_of: dict[tuple[int, str], str] = {}
+    children: list[tuple[int, str, str]] = []
+    siblings: dict[tuple[int, str], list[tuple]] = defaultdict(list)
+    for pk, trace_pk, span_id, parent, node, kind, status, start, end in spans.iterator(chunk_size=5000):
+        row = rows[node]
+        row["spans"] += 1
+        row["traces"].add(trace_pk)
+        row["errors"] += status == "error"
+        node_of[(trace_pk, span_id)] = node
+        if (trace_pk, span_id) in failing:
+            failing_by_node[node][0] += 1
+            failing_by_node[node][1] += status == "error"
+        if parent:
+            children.append((trace_pk, parent, node))
+        if kind == Span.Kind.AGENT:
+            row["agent_spans"] += 1
+            siblings[(trace_pk, parent)].append((node, start, max(end or start, start), pk))
+    for row in rows.values():
+        row["traces"] = len(row["traces"])
+    calls: dict[tuple[str, str], int] = defaultdict(int)
+    for trace_pk, parent, node in children:
+        parent_node = node_of.get((trace_pk, parent))
+        if parent_node is not None and parent_node != node:
+            calls[(parent_node, node)] += 1
+    handoffs: dict[tuple[str, str], int] = defaultdict(int)
+    for group in siblings.values():
+        group.sort(key=lambda g: (g[1], g[3]))
+        for pair in _handoffs([g[:3] for g in group]):
+            handoffs[pair] += 1
+    edges = [Edge(a, b, "call", n) for (a, b), n in calls.items()]
+    edges += [Edge(a, b, "handoff", n) for (a, b), n in handoffs.items() if a and b and a != b]
+    stats = _stats(rows, {node: tuple(v) for node, v in failing_by_node.items()})
+    return stats, sorted(edges, key=lambda e: (e.kind, -e.count, e.source, e.target))
