@@ -306,3 +306,28 @@ def test_hot_swap_promotes_a_healthy_release_and_rolls_an_unhealthy_one_back(
         from evolution.deploy import hot_swap_config_validate
 
         hot_swap_config_validate(HOT_SWAP).build(releases_root=root).activator.stop()
+
+
+def test_an_insight_whose_failures_do_not_reproduce_fails_the_job(
+        project, router_target, tmp_path, django_capture_on_commit_callbacks):
+    from tests.evolution.support import failing_traces_ingest, insight_for_traces
+
+    def start(insight):
+        with django_capture_on_commit_callbacks(execute=True):
+            job = evolution_job_start(project=project, target=router_target, insight=insight,
+                                      backend_name="scripted", backend_config={"script": {"entries": []}},
+                                      policy_overrides={"trials": 1})
+        job.refresh_from_db()
+        return job
+
+    passing = insight_for_traces(project=project, title="Invoices", traces=failing_traces_ingest(
+        project=project, tasks=[("invoice-copy", 0), ("password-reset", 0)]))
+    job = start(passing)
+    assert (job.state, job.terminal_reason) == ("FAILED", "not_reproducible")
+    assert set(TaskSpec.objects.filter(job=job, reproduces=False).values_list("task_id", flat=True)) == {
+        "invoice-copy", "password-reset"}
+    succeeded = insight_for_traces(project=project, title="Nothing failed", traces=failing_traces_ingest(
+        project=project, tasks=[("refund-return", 1)], outcome="success"))
+    job = start(succeeded)
+    assert (job.state, job.terminal_reason) == ("FAILED", "prepare:no_target_tasks")
+    assert "no failing traces with a task id" in job.error
