@@ -33,6 +33,7 @@ from evolution.selectors import (
     evolution_job_stage_runs,
     evolution_target_by_id,
     evolution_target_list,
+    evolution_target_releases,
 )
 from evolution.serializers import (
     ArtifactSerializer,
@@ -49,6 +50,7 @@ from evolution.services.api_actions import (
     evolution_job_approve,
     evolution_job_create,
     evolution_job_reject,
+    evolution_release_rollback,
     evolution_target_delete,
     evolution_target_register,
 )
@@ -147,6 +149,63 @@ class TargetDeleteApi(ProjectApi):
     def delete(self, request: Request, target_id: int) -> Response:
         evolution_target_delete(target=evolution_target_by_id(project=self.project(request), target_id=target_id))
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class TargetReleasesApi(ProjectApi):
+    """A hot-swap target's releases as evolution/deploy records them on disk: what `current` points at, the
+    last-good release, a promotion in progress, the releases kept and every swap (newest first)."""
+
+    class OutputSerializer(serializers.Serializer):
+        target = inline_serializer(name="EvolutionTargetRef", fields={
+            "id": serializers.IntegerField(), "name": serializers.CharField()})
+        hot_swap = serializers.BooleanField(help_text="the target's config has a hot_swap section")
+        current = serializers.CharField(allow_null=True)
+        last_good = serializers.CharField(allow_null=True)
+        pending = serializers.DictField(allow_null=True, help_text="{release_id, rollback_to, started_at, reason}")
+        releases = serializers.ListField(child=serializers.DictField(),
+                                         help_text="[{release_id, staged_at, source, commit, status}]")
+        history = serializers.ListField(child=serializers.DictField(),
+                                        help_text="[{at, kind, from_release, to_release, reason, health}]")
+        error = serializers.CharField(help_text="why the record could not be read, if it could not")
+
+    @extend_schema(operation_id="evolution_targets_releases", responses=OutputSerializer)
+    def get(self, request: Request, target_id: int) -> Response:
+        project = self.project(request)
+        target = evolution_target_by_id(project=project, target_id=target_id)
+        record = evolution_target_releases(project=project, target=target)
+        state = record.state
+        return Response(self.OutputSerializer({
+            "target": {"id": target.pk, "name": target.name}, "hot_swap": record.hot_swap, "current": record.current, "error": record.error,
+            "last_good": state.last_good if state else None,
+            "pending": state.pending.to_dict() if state and state.pending else None,
+            "releases": [info.to_dict() for info in state.releases.values()] if state else [],
+            "history": [swap.to_dict() for swap in state.history] if state else [],
+        }).data)
+
+
+class TargetRollbackApi(ProjectApi):
+    """Swap a hot-swap target back to `to_release` (default: the most recent healthy release before the current
+    one), reload it and re-probe its health; answers when the health window has ended (the target's
+    hot_swap.health, 90 s at most by default). 409 while a job is deploying to the target."""
+
+    class InputSerializer(serializers.Serializer):
+        to_release = serializers.CharField(required=False, default="", allow_blank=True, max_length=200)
+
+    class OutputSerializer(serializers.Serializer):
+        outcome = serializers.CharField(help_text="rolled_back (current is the release asked for, healthy) or failed")
+        reason = serializers.CharField()
+        detail = serializers.CharField(allow_blank=True)
+        active_release = serializers.CharField(allow_null=True, help_text="what `current` points at now")
+        rollback_to = serializers.CharField(allow_null=True)
+
+    @extend_schema(operation_id="evolution_targets_rollback", request=InputSerializer,
+                   responses={200: OutputSerializer, 409: OpenApiResponse(description="a job is deploying")})
+    def post(self, request: Request, target_id: int) -> Response:
+        target = evolution_target_by_id(project=self.project(request), target_id=target_id)
+        values = _valid(self.InputSerializer, request)
+        result = evolution_release_rollback(target=target, to_release=values["to_release"],
+                                            actor=_actor_name(request))
+        return Response(self.OutputSerializer(result.to_dict()).data)
 
 
 # --- jobs ----------------------------------------------------------------------------------------------------------

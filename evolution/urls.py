@@ -12,6 +12,10 @@ urlpatterns = [
     path("api/v1/evolution/targets/<int:target_id>/",
          api_route(get=apis.TargetDetailApi, patch=apis.TargetUpdateApi, delete=apis.TargetDeleteApi),
          name="target-detail"),
+    path("api/v1/evolution/targets/<int:target_id>/releases/", apis.TargetReleasesApi.as_view(),
+         name="target-releases"),
+    path("api/v1/evolution/targets/<int:target_id>/rollback/", apis.TargetRollbackApi.as_view(),
+         name="target-rollback"),
     # /api/v1/evolution/jobs/
     path("api/v1/evolution/jobs/", api_route(get=apis.JobListApi, post=apis.JobCreateApi), name="job-list"),
     path("api/v1/evolution/jobs/<int:job_id>/", apis.JobDetailApi.as_view(), name="job-detail"),

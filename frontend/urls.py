@@ -47,6 +47,8 @@ urlpatterns = [
     path("p/<slug:slug>/evolution/targets/", views_evolution.targets, name="evolution-targets"),
     path("p/<slug:slug>/evolution/targets/<int:target_id>/", views_evolution.target_edit, name="evolution-target"),
     path("p/<slug:slug>/evolution/releases/", views_evolution.releases, name="evolution-releases"),
+    path("p/<slug:slug>/evolution/releases/<int:target_id>/rollback/", views_evolution.release_rollback,
+         name="evolution-release-rollback"),
     path("p/<slug:slug>/settings/api-keys/", views.api_keys, name="api-keys"),
     path("p/<slug:slug>/settings/api-keys/create/", views.api_key_create_view, name="api-key-create"),
     path("p/<slug:slug>/settings/api-keys/<int:key_id>/revoke/", views.api_key_revoke_view, name="api-key-revoke"),

@@ -43,6 +43,7 @@ from evolution.services.api_actions import (
     evolution_job_approve,
     evolution_job_create,
     evolution_job_reject,
+    evolution_release_rollback,
     evolution_target_register,
     job_mode,
 )
@@ -417,3 +418,23 @@ def releases(request: HttpRequest, slug: str) -> HttpResponse:
             for t in evolution_target_list(project=project)]
     context = {"project": project, "nav": "evolution", "rows": rows}
     return render(request, "frontend/evolution_releases.html", context)
+
+
+@login_required
+@require_POST
+def release_rollback(request: HttpRequest, slug: str, target_id: int) -> HttpResponse:
+    project = project_for(request, slug)
+    target = _or_404(evolution_target_by_id, project=project, target_id=target_id)
+    try:
+        result = evolution_release_rollback(target=target, to_release=request.POST.get("to_release", "").strip(),
+                                            actor=request.user.email or f"user {request.user.pk}")
+    except ClearError as exc:
+        messages.error(request, exc.message)
+    else:
+        if str(result.outcome) == "rolled_back":
+            messages.success(request, f"{target.name}: rolled back to {result.active_release}, which passed its "
+                                      "health check.")
+        else:
+            messages.error(request, f"{target.name}: the rollback to {result.rollback_to or '?'} ended "
+                                    f"{result.outcome} ({result.reason}): {result.detail}")
+    return redirect("frontend:evolution-releases", slug=project.slug)

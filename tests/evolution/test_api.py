@@ -203,3 +203,31 @@ def test_another_projects_objects_are_404_and_no_key_is_401(api, outsider_projec
     for method, url in (("get", TARGETS), ("get", JOBS), ("post", JOBS), ("get", f"{TARGETS}{router_target.pk}/")):
         response = getattr(APIClient(), method)(url)
         assert response.status_code == 401 and response.json()["code"] == "missing_credentials"
+
+
+def test_a_hot_swap_targets_releases_and_rollback(api, project, tmp_path):
+    from evolution.models import EvolutionTarget
+    from tests.evolution.fixture_repo import CONFIG as ROUTER_CONFIG
+    from tests.frontend.test_evolution_pages import HOT_SWAP, activator_stop, releases_made
+
+    plain = EvolutionTarget.objects.create(project=project, name="plain", source="/x", config=ROUTER_CONFIG)
+    hot = EvolutionTarget.objects.create(project=project, name="hot", source="/x",
+                                         config={**ROUTER_CONFIG, "hot_swap": HOT_SWAP})
+    assert api.get(f"{TARGETS}{plain.pk}/releases/").json() == {
+        "target": {"id": plain.pk, "name": "plain"}, "hot_swap": False, "current": None, "last_good": None, "pending": None, "releases": [], "history": [],
+        "error": ""}
+    refused = api.post(f"{TARGETS}{plain.pk}/rollback/", {}, format="json")
+    assert refused.status_code == 400 and "hot_swap" in refused.json()["extra"]["fields"]
+    releases_made(target=hot, tmp_path=tmp_path)
+    record = api.get(f"{TARGETS}{hot.pk}/releases/").json()
+    assert (record["current"], record["last_good"]) == ("r2", "r1")
+    assert [h["to_release"] for h in record["history"]] == ["r2", "r1"]
+    try:
+        rolled = api.post(f"{TARGETS}{hot.pk}/rollback/", {}, format="json")  # default: the last healthy one
+        assert rolled.status_code == 200, rolled.content
+        assert (rolled.json()["outcome"], rolled.json()["active_release"]) == ("rolled_back", "r1")
+    finally:
+        activator_stop(hot)
+    record = api.get(f"{TARGETS}{hot.pk}/releases/").json()
+    assert record["current"] == "r1" and record["history"][0]["kind"] == "manual"
+    assert record["history"][0]["reason"].startswith("manual rollback by api_key:")

@@ -21,7 +21,7 @@ from evolution.services.workspace import artifact_store
 # failing traces.
 from tests.evolution.conftest import evolution_dir, refund_insight, router_remote, router_target  # noqa: F401
 from tests.evolution.fixture_repo import CONFIG, FIXED_BRANCH, replace_edit
-from tests.evolution.support import happy_entries, script_write
+from tests.evolution.support import happy_entries, insight_for_traces, script_write
 from tests.frontend.conftest import client_for
 
 
@@ -247,25 +247,63 @@ def test_targets_registered_and_edited_with_every_bad_field_named(client, projec
     assert (target.config["trials"], target.push_url) == (1, "/tmp/pr.git")
 
 
-def test_release_history_from_the_deploy_state(client, project, tmp_path):
+HOT_SWAP = {"activator": {"kind": "process", "command": "python -c 'import time; time.sleep(600)'",
+                          "stop_timeout_s": 5},
+            "probes": [{"kind": "process_alive"}],
+            "health": {"interval_s": 0.2, "window_s": 4, "passes_required": 2}}
+
+
+def releases_made(*, target, tmp_path) -> None:
+    """Two releases of a hot-swap target: r1 healthy (last good), then r2 swapped in (current)."""
     from evolution.deploy import release_mark_healthy, release_stage, release_swap
 
-    plain = EvolutionTarget.objects.create(project=project, name="plain", source="/x", config=CONFIG)
-    hot = EvolutionTarget.objects.create(project=project, name="desk", source="/x",
-                                         config={**CONFIG, "hot_swap": {"activator": {"kind": "process",
-                                                                                      "command": "python -V"}}})
-    root = evolution_target_releases_root(target=hot)
+    root = evolution_target_releases_root(target=target)
     for release in ("r1", "r2"):
         source = tmp_path / release
         source.mkdir()
         (source / "agent.py").write_text(f"# {release}\n")
         release_stage(releases_root=root, release_id=release, source_dir=source)
         release_swap(releases_root=root, release_id=release, reason=f"job for {release}")
-    release_mark_healthy(releases_root=root, release_id="r1")
+        if release == "r1":
+            release_mark_healthy(releases_root=root, release_id="r1")
+
+
+def activator_stop(target) -> None:
+    from evolution.deploy import hot_swap_config_validate
+
+    hot_swap_config_validate(HOT_SWAP).build(releases_root=evolution_target_releases_root(target=target)) \
+        .activator.stop()
+
+
+def test_release_history_and_one_click_rollback(client, project, tmp_path):
+    plain = EvolutionTarget.objects.create(project=project, name="plain", source="/x", config=CONFIG)
+    hot = EvolutionTarget.objects.create(project=project, name="desk", source="/x",
+                                         config={**CONFIG, "hot_swap": HOT_SWAP})
+    releases_made(target=hot, tmp_path=tmp_path)
     html = client.get(_url(project, "releases/")).content.decode()
     assert f'data-target="{plain.pk}"' in html and "Not configured for hot swap" in html
     assert 'data-testid="current-release">r2<' in html and "job for r2" in html and "job for r1" in html
     assert html.index("job for r2") < html.index("job for r1")  # newest swap first
+    assert html.count('data-testid="rollback-form"') == 1  # r1: healthy and not current
+    assert 'name="to_release" value="r1"' in html
+
+    # A job deploying to the target holds the rollback back.
+    job = EvolutionJob.objects.create(project=project, target=hot, insight=insight_for_traces(
+        project=project, traces=[], title="x"), backend_name="scripted", state="HEALTH_CHECK")
+    refused = client.post(_url(project, f"releases/{hot.pk}/rollback/"), {"to_release": "r1"}, follow=True)
+    assert f"Job {job.pk} is deploying" in refused.content.decode()
+    EvolutionJob.objects.filter(pk=job.pk).update(state="PROMOTED")
+    try:
+        done = client.post(_url(project, f"releases/{hot.pk}/rollback/"), {"to_release": "r1"}, follow=True)
+        body = done.content.decode()
+        assert "rolled back to r1, which passed its health check" in body, body[:3000]
+        assert 'data-testid="current-release">r1<' in body and "manual rollback by alice@example.com" in body
+        assert (evolution_target_releases_root(target=hot) / "current").resolve().name == "r1"
+    finally:
+        activator_stop(hot)
+    # A target without hot swap has nothing to roll back.
+    nothing = client.post(_url(project, f"releases/{plain.pk}/rollback/"), follow=True).content.decode()
+    assert "no hot_swap section" in nothing
 
 
 # --- in the browser, through a real worker: the example agent's mediator_race insight to PROMOTE_ELIGIBLE --------
