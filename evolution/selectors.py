@@ -152,7 +152,7 @@ def evolution_job_review(*, project: Project, job: EvolutionJob) -> list[Iterati
         rows = []
         for task_pk, task in tasks.items():
             base, cand = baseline.get(task_pk, []), candidate.get((it.n, task_pk), [])
-            rows.append({"task_id": task.task_id, "seed": task.seed, "kind": task.kind,
+            rows.append({"task_id": task.task_id, "seed": task.seed, "kind": task.kind, "trace_id": task.trace_id,
                          "reproduces": task.reproduces, "baseline": base, "candidate": cand,
                          "baseline_mean": _mean(base), "candidate_mean": _mean(cand),
                          "baseline_passes": sum(t["passed"] for t in base),
@@ -169,7 +169,9 @@ def evolution_job_review(*, project: Project, job: EvolutionJob) -> list[Iterati
 
 def evolution_target_releases_root(*, target: EvolutionTarget) -> Path:
     """Where a target's hot-swap releases live (evolution/deploy: releases/, current, state.json)."""
-    return evolution_dir() / "releases" / str(target.pk)
+    from evolution.services.hot_swap import releases_root
+
+    return releases_root(target=target)
 
 
 @dataclass

@@ -102,6 +102,7 @@ class TaskScoresSerializer(serializers.Serializer):
     task_id = serializers.CharField()
     seed = serializers.IntegerField()
     kind = serializers.ChoiceField(choices=["target", "regression"])
+    trace_id = serializers.CharField(help_text="targets: the failing trace the task came from")
     reproduces = serializers.BooleanField(allow_null=True, help_text="targets: failed at baseline")
     baseline = TrialSerializer(many=True)
     candidate = TrialSerializer(many=True, help_text="empty when not run (the cascade stopped)")

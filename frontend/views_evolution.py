@@ -58,8 +58,9 @@ BULK_KINDS = ("trial_trace", "log")  # one per trial or role run: folded away un
 FIXTURES_DIR = Path(settings.BASE_DIR) / "examples" / "support_desk" / "evolution"
 MODE_LABELS = {"pr": "pull request (push a branch for review)",
                "hot_swap": "hot swap (swap a release in, health-check, roll back if unhealthy)"}
-DEPTH_LABELS = {"shallow": "shallow — 2 iterations, 2 trials per task",
-                "standard": "standard — 3 iterations, 3 trials", "deep": "deep — 5 iterations, 5 trials"}
+DEPTH_LABELS = {"shallow": "shallow — up to 2 iterations, 1 review round",
+                "standard": "standard — up to 3 iterations, 2 review rounds",
+                "deep": "deep — up to 5 iterations, 3 review rounds"}
 
 
 def _or_404(call, **kwargs):
@@ -132,6 +133,21 @@ def _evolve_subject(project: Project, request: HttpRequest):
     raise Http404("Evolve needs an insight or a ticket")
 
 
+def _preflight_report(request: HttpRequest, data: dict) -> None:
+    """The chosen backend's preflight (is its CLI or model usable here?) as a message; nothing is started."""
+    from evolution.backends import backend_get
+
+    try:
+        check = backend_get(name=data["backend"], config=data["backend_config"]).preflight()
+    except ClearError as exc:
+        messages.error(request, exc.message)
+        return
+    if check.ok:
+        messages.success(request, f"Backend {data['backend']} is ready: {check.version or 'ok'}.")
+    else:
+        messages.error(request, f"Backend {data['backend']} is not usable: {check.error}")
+
+
 @login_required
 def evolve(request: HttpRequest, slug: str) -> HttpResponse:
     project = project_for(request, slug)
@@ -140,7 +156,9 @@ def evolve(request: HttpRequest, slug: str) -> HttpResponse:
     status = 200
     if request.method == "POST":
         form = EvolveForm(request.POST, targets=targets)
-        if form.is_valid():
+        if form.is_valid() and "preflight" in request.POST:
+            _preflight_report(request, form.cleaned_data)
+        elif form.is_valid():
             data = form.cleaned_data
             target = next(t for t in targets if t.pk == data["target"])
             try:
@@ -259,6 +277,8 @@ def job_detail(request: HttpRequest, slug: str, job_id: int) -> HttpResponse:
         if patch is not None:
             diff, diff_cut = diff_lines(_text(patch))
     candidate = job.best_iteration
+    events = list(evolution_job_events(project=project, job=job))
+    created = next((e for e in events if e.event == "created"), None)
     stages = list(evolution_job_stage_runs(project=project, job=job))
     artifacts = list(evolution_job_artifacts(project=project, job=job))
     for stage in stages:
@@ -267,7 +287,7 @@ def job_detail(request: HttpRequest, slug: str, job_id: int) -> HttpResponse:
         "project": project, "nav": "evolution", "job": job, "mode": job_mode(job),
         "mode_label": job_mode(job).replace("_", " "), "status": job_status_data(job), "stages": stages,
         "reviews": reviews, "shown": shown, "docs": docs, "diff": diff, "diff_cut": diff_cut,
-        "events": list(evolution_job_events(project=project, job=job)),
+        "events": events, "backend_version": (created.data or {}).get("backend_version", "") if created else "",
         "artifacts": [a for a in artifacts if a.kind not in BULK_KINDS],
         "bulk_artifacts": [a for a in artifacts if a.kind in BULK_KINDS],
         "awaiting": job.state == JobState.AWAITING_CONSENT and candidate is not None,

@@ -28,6 +28,7 @@ from tests.frontend.conftest import client_for
 pytestmark = pytest.mark.django_db
 
 EVIL = '<script>window.__pwned=1</script><img src=x onerror="window.__pwned=2">'
+FIXTURES = Path(__file__).resolve().parents[2] / "examples" / "support_desk" / "evolution"
 DESK_CONFIG = {"editable_paths": ["support_desk/**"], "grader_command": "python grading/grade.py --out {out}",
                "trial_command": "python -m support_desk run-task --task {task_id} --seed {seed} --out {out}/r.json"}
 
@@ -74,6 +75,18 @@ def test_evolve_from_an_insight_and_from_a_ticket(client, project, owner, target
     hot = client.post(_url(project, "new/"), {"insight": insight.pk, "target": target.pk, "backend": "scripted",
                                               "depth": "shallow", "mode": "hot_swap", "script": "/x.json"})
     assert hot.status_code == 400 and "no hot_swap section" in hot.content.decode()
+    assert not EvolutionJob.objects.exists()
+
+    # "Check the backend" runs its preflight only.
+    check = {"insight": insight.pk, "target": target.pk, "depth": "shallow", "mode": "pr", "preflight": "1"}
+    unusable = client.post(_url(project, "new/"), {**check, "backend": "litellm", "backend_config": "{}"})
+    assert unusable.status_code == 200 and "Backend litellm is not usable: no model configured" in \
+        unusable.content.decode()
+    fixture = client.post(_url(project, "new/"), {**check, "backend": "scripted",
+                                                 "fixture": str(FIXTURES / "mediator_race_fix.json")})
+    assert "Backend scripted is ready: scripted (" in fixture.content.decode()
+    assert client.post(_url(project, "new/"), {**check, "backend": "litellm", "backend_config": "[1]"}) \
+        .status_code == 400
     assert not EvolutionJob.objects.exists()
 
     script = script_write(tmp_path / "script.json", happy_entries(replace_edit(FIXED_BRANCH)))
@@ -123,7 +136,9 @@ def test_a_job_page_through_its_states(client, project, owner, target, insight, 
     for text in ('data-stage="prepare"', 'data-stage="verdict"', "PROMOTE_ELIGIBLE", "G1_target_delta",
                  "G2_per_task", "diff_budget", 'data-task="refund-damaged"', "route refund requests to the refunds",
                  "Refunds go to billing", 'class="diff-add">+        return &quot;refunds&quot;', "patch-0.diff",
-                 job.best_iteration.patch_sha256, 'data-testid="approve-form"', 'data-testid="discard-form"'):
+                 job.best_iteration.patch_sha256, 'data-testid="approve-form"', 'data-testid="discard-form"',
+                 f"/p/{project.slug}/traces/{job.tasks.filter(kind='target').first().trace_id}/",
+                 "(scripted ("):
         assert text in html, text
     assert "data-evolution-poll" in html  # another person (or the API) may decide meanwhile
 
