@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
+from django.db import connection
 from django.db.models import Count, Q
 
 from clear.projects.models import Project
@@ -81,14 +82,25 @@ def node_stats(*, project: Project, trace_pks: list[int]) -> list[NodeStats]:
         agent_spans=Count("pk", filter=Q(kind=Span.Kind.AGENT))).order_by()}
     failing = failing_spans(project=project, trace_pks=trace_pks)
     by_node: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    if failing:
-        found = (spans.filter(trace_id__in={t for t, _ in failing}, span_id__in={s for _, s in failing})
-                 .values_list("trace_id", "span_id", "node", "status"))
-        for trace_pk, span_id, node, status in found:
-            if (trace_pk, span_id) in failing:
-                by_node[node][0] += 1
-                by_node[node][1] += status == "error"
+    for node, status in _spans_at(project=project, pairs=failing):
+        by_node[node][0] += 1
+        by_node[node][1] += status == "error"
     return _stats(rows, {node: tuple(v) for node, v in by_node.items()})
+
+
+def _spans_at(*, project: Project, pairs: set[tuple[int, str]]) -> list[tuple[str, str]]:
+    """(node, status) of the spans named by (trace pk, span id) pairs: one probe of the (trace, span id) unique
+    index per pair (an IN list on each column would be planned as a scan)."""
+    if not pairs:
+        return []
+    col = {f.name: f.column for f in Span._meta.concrete_fields}
+    sql = (f"SELECT s.{col['node']}, s.{col['status']} FROM unnest(%s::bigint[], %s::text[]) AS f(t, sid) "
+           f"JOIN {Span._meta.db_table} AS s ON s.{col['trace']} = f.t AND s.{col['span_id']} = f.sid "
+           f"WHERE s.{col['project']} = %s")
+    traces, span_ids = zip(*sorted(pairs), strict=True)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [list(traces), list(span_ids), project.pk])
+        return cursor.fetchall()
 
 
 def _handoffs(group: list[tuple]) -> list[tuple[str, str]]:
@@ -106,46 +118,33 @@ def _handoffs(group: list[tuple]) -> list[tuple[str, str]]:
     return pairs
 
 
+def _call_counts(*, project: Project, trace_pks: list[int]) -> list[tuple[str, str, int]]:
+    """(parent node, child node, spans) over these traces: one hash self-join of their spans."""
+    table, col = Span._meta.db_table, {f.name: f.column for f in Span._meta.concrete_fields}
+    sql = (f"SELECT p.{col['node']}, c.{col['node']}, count(*) FROM {table} AS c JOIN {table} AS p "
+           f"ON p.{col['trace']} = c.{col['trace']} AND p.{col['span_id']} = c.{col['parent_span_id']} "
+           f"WHERE c.{col['project']} = %s AND p.{col['project']} = %s AND c.{col['trace']} = ANY(%s) "
+           f"AND p.{col['trace']} = ANY(%s) AND c.{col['parent_span_id']} <> '' GROUP BY 1, 2")
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [project.pk, project.pk, trace_pks, trace_pks])
+        return cursor.fetchall()
+
+
 def workflow(*, project: Project, trace_pks: list[int]) -> tuple[list[NodeStats], list[Edge]]:
-    """Node figures and transitions of these traces from one read of their spans (plus the failing verdicts):
-    a span of node A with a child of node B is a call; sequential AGENT spans under one parent are a hand-off
-    (B started after A ended, with no sibling agent in between). Self-transitions are left out."""
-    spans = (Span.objects.filter(project=project, trace_id__in=trace_pks).order_by()
-             .values_list("pk", "trace_id", "span_id", "parent_span_id", "node", "kind", "status", "start_time",
-                          "end_time"))
-    failing = failing_spans(project=project, trace_pks=trace_pks)
-    rows: dict[str, dict] = defaultdict(lambda: {"spans": 0, "traces": set(), "errors": 0, "agent_spans": 0})
-    failing_by_node: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    node_of: dict[tuple[int, str], str] = {}
-    children: list[tuple[int, str, str]] = []
+    """Node figures and transitions of these traces: a span of node A with a child of node B is a call;
+    sequential AGENT spans under one parent are a hand-off (B started after A ended, with no sibling agent in
+    between). Self-transitions are left out. Five queries, none reading more than the sampled traces' spans."""
+    edges = [Edge(a, b, "call", n) for a, b, n in _call_counts(project=project, trace_pks=trace_pks) if a != b]
+    agents = (Span.objects.filter(project=project, trace_id__in=trace_pks, kind=Span.Kind.AGENT).order_by()
+              .values_list("trace_id", "parent_span_id", "node", "start_time", "end_time", "pk"))
     siblings: dict[tuple[int, str], list[tuple]] = defaultdict(list)
-    for pk, trace_pk, span_id, parent, node, kind, status, start, end in spans.iterator(chunk_size=5000):
-        row = rows[node]
-        row["spans"] += 1
-        row["traces"].add(trace_pk)
-        row["errors"] += status == "error"
-        node_of[(trace_pk, span_id)] = node
-        if (trace_pk, span_id) in failing:
-            failing_by_node[node][0] += 1
-            failing_by_node[node][1] += status == "error"
-        if parent:
-            children.append((trace_pk, parent, node))
-        if kind == Span.Kind.AGENT:
-            row["agent_spans"] += 1
-            siblings[(trace_pk, parent)].append((node, start, max(end or start, start), pk))
-    for row in rows.values():
-        row["traces"] = len(row["traces"])
-    calls: dict[tuple[str, str], int] = defaultdict(int)
-    for trace_pk, parent, node in children:
-        parent_node = node_of.get((trace_pk, parent))
-        if parent_node is not None and parent_node != node:
-            calls[(parent_node, node)] += 1
+    for trace_pk, parent, node, start, end, pk in agents:
+        siblings[(trace_pk, parent)].append((start, pk, node, max(end or start, start)))
     handoffs: dict[tuple[str, str], int] = defaultdict(int)
     for group in siblings.values():
-        group.sort(key=lambda g: (g[1], g[3]))
-        for pair in _handoffs([g[:3] for g in group]):
+        group.sort()
+        for pair in _handoffs([(node, start, end) for start, _pk, node, end in group]):
             handoffs[pair] += 1
-    edges = [Edge(a, b, "call", n) for (a, b), n in calls.items()]
     edges += [Edge(a, b, "handoff", n) for (a, b), n in handoffs.items() if a and b and a != b]
-    stats = _stats(rows, {node: tuple(v) for node, v in failing_by_node.items()})
+    stats = node_stats(project=project, trace_pks=trace_pks)
     return stats, sorted(edges, key=lambda e: (e.kind, -e.count, e.source, e.target))

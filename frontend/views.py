@@ -25,7 +25,8 @@ def project_for(request: HttpRequest, slug: str) -> Project:
         project = project_get_for_user(user=request.user, slug=slug)
     except NotFoundError as exc:
         raise Http404(exc.message) from exc
-    request.session["last_project"] = project.slug
+    if request.session.get("last_project") != project.slug:  # an unchanged session is not written back
+        request.session["last_project"] = project.slug
     return project
 
 
