@@ -269,6 +269,13 @@ CLEAR_EVOLUTION_HEARTBEAT_SECONDS = env_float("CLEAR_EVOLUTION_HEARTBEAT_SECONDS
 CLEAR_EVOLUTION_STALE_SECONDS = env_float("CLEAR_EVOLUTION_STALE_SECONDS", 300.0)
 CLEAR_EVOLUTION_CONSENT_TTL_HOURS = env_float("CLEAR_EVOLUTION_CONSENT_TTL_HOURS", 168.0)
 CLEAR_EVOLUTION_STAGE_TIME_LIMIT_SECONDS = env_int("CLEAR_EVOLUTION_STAGE_TIME_LIMIT_SECONDS", 4 * 3600)
+# Hot-swap releases of a target live in <CLEAR_EVOLUTION_RELEASES_DIR>/<target id> (releases/, current, state.json);
+# blank: <CLEAR_EVOLUTION_DIR>/releases.
+CLEAR_EVOLUTION_RELEASES_DIR = env_str("CLEAR_EVOLUTION_RELEASES_DIR", "")
+# Closing the loop: after a promotion, a diagnosis run with at least FIXED_MIN_JUDGED judged traces of the fixed
+# release (or later ones) in which the insight's frequency is under FIXED_BELOW marks it fixed and closes its ticket.
+CLEAR_INSIGHT_FIXED_BELOW = env_float("CLEAR_INSIGHT_FIXED_BELOW", 0.02)
+CLEAR_INSIGHT_FIXED_MIN_JUDGED = env_int("CLEAR_INSIGHT_FIXED_MIN_JUDGED", 20)
 CELERY_BEAT_SCHEDULE["evolution-janitor"] = {
     # Stale heartbeats → FAILED(worker_lost), lost prepare messages re-sent, orphaned worktrees removed, consent expiry.
     "task": "evolution.janitor", "schedule": env_float("CLEAR_EVOLUTION_JANITOR_SECONDS", 60.0),

@@ -95,3 +95,21 @@ def _insights_built(*, run, created: list[int], matched: list[int], reopened: li
             "occurrence": _occurrence_body(now),
             "previous": _occurrence_body(previous) if previous is not None else None,
             "threshold": threshold})
+
+
+def evolution_job_state_changed(*, job, from_state: str, to_state: str, event: str, reason: str = "") -> None:
+    """`evolution_job.state_changed`: call inside the transition's transaction (sent after it commits)."""
+    try:
+        with transaction.atomic():  # a savepoint: an error here must not poison the transition's transaction
+            if not Webhook.objects.filter(project_id=job.project_id, active=True).exists():
+                return
+            webhook_event_emit(project=job.project, event="evolution_job.state_changed", payload={
+                "job": {"id": job.pk, "state": job.state, "state_version": job.state_version,
+                        "terminal_reason": job.terminal_reason, "target": job.target_id,
+                        "mode": (job.config_snapshot or {}).get("mode", "pr"),
+                        "url": f"/api/v1/evolution/jobs/{job.pk}/"},
+                "from": from_state, "to": to_state, "event": event, "reason": reason,
+                "insight": {"id": job.insight_id, "url": f"/api/v1/insights/{job.insight_id}/"},
+                "ticket": job.ticket_id})
+    except Exception:  # noqa: BLE001
+        logger.exception("webhooks.emit_failed event=evolution_job.state_changed job=%s", job.pk)

@@ -30,7 +30,7 @@ EVENTS = {
     "insight.created": "A new insight (failure cluster) was found.",
     "insight.regressed": "An insight got worse or came back.",
     "diagnosis_run.finished": "A diagnosis run reached a final status (succeeded, failed, cancelled, budget_exhausted).",
-    "evolution_job.state_changed": "Reserved: an evolution job changed state.",
+    "evolution_job.state_changed": "An evolution job moved from one state to another (every transition).",
 }
 PING_EVENT = "webhook.ping"  # sent on request to one webhook, whatever it subscribed to
 SECRET_PREFIX = "whsec_"

@@ -32,29 +32,12 @@ def jobs_fail_stale(*, now=None) -> list[int]:
         age = int((now - job.heartbeat_at).total_seconds())
         error = f"No heartbeat for {age} s in {job.state}: the worker running it was lost"
         if job.state in (S.PROMOTING, S.HEALTH_CHECK, S.ROLLING_BACK) and job.config_snapshot.get("mode") == "hot_swap":
-            error += "; " + _hot_swap_recover(job=job)
+            from evolution.services.hot_swap import hot_swap_job_recover
+
+            error += "; " + hot_swap_job_recover(job=job)
         if evolution_job_fail(job_id=job.pk, reason="worker_lost", actor="janitor", error=error):
             failed.append(job.pk)
     return failed
-
-
-def _hot_swap_recover(*, job: EvolutionJob) -> str:
-    """The promoter died mid-swap: put `current` back on the release recorded before the swap (evolution/deploy)."""
-    from evolution.deploy import hot_swap_config_validate, hot_swap_recover
-    from evolution.selectors import evolution_target_releases_root
-
-    config = job.target_config
-    root = evolution_target_releases_root(target=job.target)
-    try:
-        plan = hot_swap_config_validate(config["hot_swap"]).build(releases_root=root,
-                                                                  health_command=config.get("health_command") or "")
-        result = hot_swap_recover(releases_root=root, **plan.health_kwargs())
-    except Exception as exc:  # the job still ends FAILED; the message says what is left to do by hand
-        logger.exception("evolution: hot-swap recovery of job %s failed", job.pk)
-        return f"hot-swap recovery failed ({exc}); check {root} and roll back by hand"
-    if result is None:
-        return "no promotion was pending"
-    return f"hot-swap recovery: {result.outcome} ({result.reason}), active release {result.active_release}"
 
 
 def jobs_resend_queued(*, now=None) -> list[int]:

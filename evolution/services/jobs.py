@@ -80,6 +80,10 @@ def job_transition(*, job_id: int, from_states: Iterable[str], to_state: str, ac
         job.save()
         AuditEvent.objects.create(job=job, actor=actor, event=event, from_state=previous, to_state=job.state,
                                   data={**(data or {}), "state_version": job.state_version})
+        from clear.webhooks.events import evolution_job_state_changed  # delivered after this transaction commits
+
+        evolution_job_state_changed(job=job, from_state=previous, to_state=job.state, event=event,
+                                    reason=str(fields.get("terminal_reason") or (data or {}).get("reason") or ""))
     if job.state in TERMINAL_STATES:
         transaction.on_commit(lambda: _cleanup_after_terminal(job.pk))
     return job

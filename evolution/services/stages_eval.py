@@ -164,7 +164,9 @@ def promote(*, job: EvolutionJob, stage_run: StageRun, iteration: int, round_: i
                error=f"The candidate's patch hash is {sha}, the approved one {job.consent_patch_sha256}")
         return "patch_changed"
     if job.config_snapshot.get("mode", "pr") == "hot_swap":
-        return _hot_swap(job=job, stage_run=stage_run, best=best, mirror=mirror, sha=sha)
+        from evolution.services.hot_swap import hot_swap_job_promote
+
+        return hot_swap_job_promote(job=job, stage_run=stage_run, best=best, mirror=mirror, sha=sha)
     branch = f"evo/{job.pk}/{best.n}"
     remote = job.config_snapshot["push_url"]
     git.branch_push(repo_path=mirror, commit=best.candidate_commit, remote_url=remote, branch=branch)
@@ -172,40 +174,6 @@ def promote(*, job: EvolutionJob, stage_run: StageRun, iteration: int, round_: i
                    content={"branch": branch, "remote": remote, "commit": best.candidate_commit, "patch_sha256": sha})
     finish(job=job, to_state=S.PR_OPENED, reason="pr_opened", pr_branch=branch,
            data={"branch": branch, "commit": best.candidate_commit})
-
-
-def _hot_swap(*, job: EvolutionJob, stage_run: StageRun, best: Iteration, mirror, sha: str) -> str:
-    """Hot-swap mode (§7.11): stage the candidate as a release, swap `current`, watch its health; a failed window
-    swaps back to the last-good release recorded by evolution/deploy, independently of this job."""
-    from evolution.deploy import hot_swap_config_validate, hot_swap_promote
-    from evolution.selectors import evolution_target_releases_root
-
-    config = job.target_config
-    if not config.get("hot_swap"):
-        finish(job=job, to_state=S.FAILED, reason="hot_swap_unconfigured",
-               error="The job asked for hot-swap promotion but the target config has no hot_swap section")
-        return "hot_swap_unconfigured"
-    root = evolution_target_releases_root(target=job.target)
-    plan = hot_swap_config_validate(config["hot_swap"]).build(releases_root=root,
-                                                              health_command=config.get("health_command") or "")
-    job = advance(job=job, to_state=S.HEALTH_CHECK, event="swapping", data={"iteration": best.n})
-    release_id = f"job-{job.pk}-{best.candidate_commit[:12]}"
-    result = hot_swap_promote(releases_root=root, release_id=release_id, repo_path=mirror,
-                              commit=best.candidate_commit, reason=f"evolution job {job.pk} iteration {best.n}",
-                              should_stop=StopGuard(job_id=job.pk), **plan.promote_kwargs())
-    report = result.to_dict()
-    artifact_store(job=job, iteration=best, stage_run=stage_run, kind="health_report", name="hot_swap.json",
-                   content={**report, "release_id": release_id, "patch_sha256": sha})
-    data = {"release_id": release_id, "outcome": str(result.outcome), "reason": str(result.reason)}
-    if str(result.outcome) == "promoted":
-        finish(job=job, to_state=S.PROMOTED, reason="healthy", data=data)
-    elif str(result.outcome) == "rolled_back":
-        job = advance(job=job, to_state=S.ROLLING_BACK, event="rolling_back", data=data)
-        finish(job=job, to_state=S.ROLLED_BACK, reason=str(result.reason), data=data)
-    else:
-        finish(job=job, to_state=S.FAILED, reason=str(result.reason)[:60], data=data,
-               error=str(report.get("detail", ""))[:10000])
-    return str(result.outcome)
 
 
 HANDLERS = {"prepare": prepare, "baseline": baseline, "trials": trials, "verdict": verdict, "promote": promote}

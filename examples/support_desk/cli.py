@@ -1,11 +1,14 @@
-"""Command line: `list`, `run` (the suite, optionally exported over OTLP/HTTP), `run-task`, `health` and
+"""Command line: `list`, `run` (the suite, optionally exported over OTLP/HTTP), `run-task`, `health`, `serve` and
 `make-target-repo` (the desk as a standalone repository for Clear's evolution pipeline)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -58,6 +61,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     commands.add_parser("health", help=f"exit 0 when the desk imports and the canary task {CANARY_TASK} passes")
 
+    serve = commands.add_parser(
+        "serve", help="run as a long-lived service (what a hot-swap activator starts): check health once, exit 1 if "
+        "unhealthy, then touch a heartbeat file every --interval seconds until SIGTERM"
+    )
+    serve.add_argument("--heartbeat", type=Path, default=Path("heartbeat"), help="heartbeat file (default ./heartbeat)")
+    serve.add_argument("--interval", type=float, default=1.0, help="seconds between heartbeats (default 1)")
+
     make_target = commands.add_parser(
         "make-target-repo", help="write the desk as a standalone git repository for Clear's evolution pipeline"
     )
@@ -77,6 +87,21 @@ def _health() -> int:
         print(f"unhealthy: canary task {CANARY_TASK} failed: {'; '.join(result.failed_checks)}", file=sys.stderr)
         return 1
     print(f"healthy: canary task {CANARY_TASK} passed")
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    if _health() != 0:
+        return 1
+    stopping = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+    args.heartbeat.parent.mkdir(parents=True, exist_ok=True)
+    while not stopping:
+        # Written whole then renamed, so a reader never sees an empty heartbeat.
+        partial = args.heartbeat.with_name(args.heartbeat.name + ".tmp")
+        partial.write_text(f"{os.getpid()} {time.time():.3f}\n", encoding="utf-8")
+        os.replace(partial, args.heartbeat)
+        time.sleep(args.interval)
     return 0
 
 
@@ -124,6 +149,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "health":
         return _health()
+    if args.command == "serve":
+        return _serve(args)
     if args.command == "make-target-repo":
         return _make_target_repo(args)
 

@@ -51,6 +51,19 @@ EVOLUTION_CONFIG: dict[str, Any] = {
     "sandbox_levels": ["bwrap", "subprocess"],
     "trial_timeout_s": 60,
     "trials": 2,
+    # Hot-swap mode: releases are staged under Clear's releases root; `serve` runs from the release `current`
+    # points at and keeps a heartbeat in the root (../../ of a release), outside every release.
+    "hot_swap": {
+        "activator": {"kind": "process", "command": "python -m support_desk serve --heartbeat ../../heartbeat"},
+        "preflight_commands": ["python -c 'import support_desk'"],
+        "probes": [
+            {"kind": "command", "command": "python -m support_desk health", "timeout_s": 30},
+            {"kind": "process_alive"},
+            {"kind": "heartbeat", "path": "heartbeat", "max_age_s": 30},
+        ],
+        "health": {"interval_s": 5, "window_s": 90, "passes_required": 3},
+        "keep_releases": 5,
+    },
 }
 
 GIT_AUTHOR = ("support-desk", "support-desk@example.invalid")

@@ -168,8 +168,8 @@ faulty variant of one function; the correct variant is what runs when it is off.
     # The target cannot make targets: that command belongs to the example.
     Edit(
         "cli.py",
-        ", `health` and\n`make-target-repo` (the desk as a standalone repository for Clear's evolution pipeline).",
-        " and `health`.",
+        ", `serve` and\n`make-target-repo` (the desk as a standalone repository for Clear's evolution pipeline).",
+        " and `serve`.",
     ),
     Edit(
         "cli.py",
