@@ -1,8 +1,9 @@
 """Reads of traces and spans, always scoped to a project."""
 
 from dataclasses import dataclass
+from datetime import datetime
 
-from django.db.models import Count, Q, QuerySet, Sum
+from django.db.models import Count, Min, Q, QuerySet, Sum
 
 from clear.projects.models import Project
 from traces.models import Span, Trace
@@ -72,3 +73,10 @@ def trace_stats(*, project: Project) -> ProjectTraceStats:
         spans=totals["spans"] or 0, input_tokens=totals["input_tokens"] or 0,
         output_tokens=totals["output_tokens"] or 0, releases=releases,
     )
+
+
+def release_first_received(*, project: Project, releases: list[str]) -> dict[str, datetime]:
+    """When Clear first received a trace of each release ({release: datetime}); releases with no trace are absent."""
+    rows = (Trace.objects.filter(project=project, release__in=releases).values("release")
+            .annotate(first=Min("first_received_at")))
+    return {row["release"]: row["first"] for row in rows}

@@ -112,6 +112,9 @@ def insights_build(*, run: DiagnosisRun, force: bool = False) -> dict | None:
     from diagnosis.tickets.services import ticket_sync_after_insights  # tickets follow the insights (never raises)
 
     ticket_sync_after_insights(run_id=run.pk)
+    from evolution.services.watch import insight_fixes_check_enqueue  # promoted fixes confirmed or reopened
+
+    insight_fixes_check_enqueue(run_id=run.pk)
     run.refresh_from_db()
     return summary
 
