@@ -204,15 +204,19 @@ def job_list(request: HttpRequest, slug: str) -> HttpResponse:
     state = state if state in JobState.values or state in ("active", "ended") else ""
     target = request.GET.get("target", "")
     target = target if target in {str(t.pk) for t in targets} else ""
+    insight = request.GET.get("insight", "")
+    insight = insight if insight.isdigit() and len(insight) < 19 else ""
     jobs = evolution_job_list(project=project, active={"active": True, "ended": False}.get(state))
     if state in JobState.values:
         jobs = jobs.filter(state=state)
     if target:
         jobs = jobs.filter(target_id=int(target))
+    if insight:  # another project's insight matches nothing, like any filter value
+        jobs = jobs.filter(insight_id=int(insight))
     page = keyset_page(jobs.select_related("ticket", "created_by"), field="created_at",
                        cursor=request.GET.get("cursor"), limit=PAGE_SIZE)
     context = {"project": project, "nav": "evolution", "page": page, "jobs": page.items, "targets": targets,
-               "filters": {"state": state, "target": target}, "states": JobState.values,
+               "filters": {"state": state, "target": target, "insight": insight}, "states": JobState.values,
                "has_any": bool(page.items) or evolution_job_list(project=project).exists()}
     return render(request, "frontend/evolution_jobs.html", context)
 
