@@ -101,6 +101,11 @@ if DATABASE_URL:
             DATABASE_URL, conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 600), conn_health_checks=True
         )
     }
+    if DATABASES["default"]["ENGINE"].endswith("postgresql") and not env_bool("DATABASE_JIT", False):
+        # Postgres JIT-compiles any query with a high cost estimate; the pages' bounded aggregates (a few thousand
+        # traces' spans) then spend ~150 ms compiling to save a few (benchmarks/ui/README.md).
+        options = DATABASES["default"].setdefault("OPTIONS", {})
+        options["options"] = (options.get("options", "") + " -c jit=off").strip()
 else:
     VAR_DIR.mkdir(parents=True, exist_ok=True)
     DATABASES = {
