@@ -50,10 +50,11 @@ from evolution.services.api_actions import (
     evolution_job_approve,
     evolution_job_create,
     evolution_job_reject,
-    evolution_release_rollback,
     evolution_target_delete,
     evolution_target_register,
 )
+from evolution.services.hot_swap import release_rollback_to_previous
+from evolution.services.watch import evolution_job_mark_merged
 from evolution.services.workspace import artifact_read
 
 ID = {"min_value": 1, "max_value": POSTGRES_BIGINT_MAX}
@@ -203,8 +204,8 @@ class TargetRollbackApi(ProjectApi):
     def post(self, request: Request, target_id: int) -> Response:
         target = evolution_target_by_id(project=self.project(request), target_id=target_id)
         values = _valid(self.InputSerializer, request)
-        result = evolution_release_rollback(target=target, to_release=values["to_release"],
-                                            actor=_actor_name(request))
+        result = release_rollback_to_previous(target=target, to_release=values["to_release"],
+                                              actor=_actor_name(request))
         return Response(self.OutputSerializer(result.to_dict()).data)
 
 
@@ -379,6 +380,32 @@ class JobDiscardApi(ProjectApi):
         job = evolution_job_get(project=project, job_id=job_id)
         evolution_job_reject(job=job, **_actor(request))
         return Response(JobOutputSerializer(evolution_job_get(project=project, job_id=job.pk)).data)
+
+
+class JobMergedApi(ProjectApi):
+    """The PR branch of a PR_OPENED job was merged and shipped as `release` (the service.version of its traces):
+    later diagnosis runs watch that release, and the insight is marked fixed (its ticket closed) once its frequency
+    there falls under CLEAR_INSIGHT_FIXED_BELOW."""
+
+    class InputSerializer(serializers.Serializer):
+        release = serializers.CharField(max_length=200, help_text="the release that ships the merged fix")
+        commit = serializers.CharField(max_length=40, required=False, default="", allow_blank=True,
+                                       help_text="default: the candidate commit")
+
+    class OutputSerializer(serializers.Serializer):
+        insight_id = serializers.IntegerField()
+        release = serializers.CharField()
+        commit = serializers.CharField()
+        status = serializers.CharField(help_text="watching, fixed or reopened")
+
+    @extend_schema(operation_id="evolution_jobs_merged", request=InputSerializer,
+                   responses={200: OutputSerializer, 409: CONFLICT})
+    def post(self, request: Request, job_id: int) -> Response:
+        job = evolution_job_get(project=self.project(request), job_id=job_id)
+        values = _valid(self.InputSerializer, request)
+        fix = evolution_job_mark_merged(job=job, user=_actor(request).get("user"), release=values["release"],
+                                        commit=values["commit"])
+        return Response(self.OutputSerializer(fix).data)
 
 
 class JobArtifactApi(ProjectApi):

@@ -22,6 +22,7 @@ urlpatterns = [
     path("api/v1/evolution/jobs/<int:job_id>/cancel/", apis.JobCancelApi.as_view(), name="job-cancel"),
     path("api/v1/evolution/jobs/<int:job_id>/approve/", apis.JobApproveApi.as_view(), name="job-approve"),
     path("api/v1/evolution/jobs/<int:job_id>/discard/", apis.JobDiscardApi.as_view(), name="job-discard"),
+    path("api/v1/evolution/jobs/<int:job_id>/merged/", apis.JobMergedApi.as_view(), name="job-merged"),
     path("api/v1/evolution/jobs/<int:job_id>/artifacts/<int:artifact_id>/", apis.JobArtifactApi.as_view(),
          name="job-artifact"),
 ]

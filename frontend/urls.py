@@ -42,6 +42,8 @@ urlpatterns = [
          name="evolution-job-discard"),
     path("p/<slug:slug>/evolution/jobs/<int:job_id>/cancel/", views_evolution.job_cancel,
          name="evolution-job-cancel"),
+    path("p/<slug:slug>/evolution/jobs/<int:job_id>/merged/", views_evolution.job_merged,
+         name="evolution-job-merged"),
     path("p/<slug:slug>/evolution/jobs/<int:job_id>/artifacts/<int:artifact_id>/", views_evolution.job_artifact,
          name="evolution-artifact"),
     path("p/<slug:slug>/evolution/targets/", views_evolution.targets, name="evolution-targets"),

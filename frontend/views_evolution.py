@@ -43,10 +43,11 @@ from evolution.services.api_actions import (
     evolution_job_approve,
     evolution_job_create,
     evolution_job_reject,
-    evolution_release_rollback,
     evolution_target_register,
     job_mode,
 )
+from evolution.services.hot_swap import release_rollback_to_previous
+from evolution.services.watch import evolution_job_mark_merged
 from evolution.services.workspace import artifact_read
 from frontend.pagination import keyset_page
 from frontend.views import project_for
@@ -296,6 +297,7 @@ def job_detail(request: HttpRequest, slug: str, job_id: int) -> HttpResponse:
         "bulk_artifacts": [a for a in artifacts if a.kind in BULK_KINDS],
         "awaiting": job.state == JobState.AWAITING_CONSENT and candidate is not None,
         "candidate": candidate, "terminal": job.state in TERMINAL_STATES,
+        "fix": getattr(job, "fix", None) if job.state in (JobState.PR_OPENED, JobState.PROMOTED) else None,
     }
     return render(request, "frontend/evolution_job.html", context)
 
@@ -343,6 +345,15 @@ def job_cancel(request: HttpRequest, slug: str, job_id: int) -> HttpResponse:
         job = evolution_job_cancel(job=job, actor=f"user:{request.user.pk}")
         return "Cancelled." if job.is_terminal else "Stopping: the job ends at its next stage boundary."
     return _job_action(request, slug, job_id, cancel)
+
+
+@login_required
+@require_POST
+def job_merged(request: HttpRequest, slug: str, job_id: int) -> HttpResponse:
+    def merged(job):
+        fix = evolution_job_mark_merged(job=job, user=request.user, release=request.POST.get("release", ""))
+        return f"Watching release {fix.release}: the insight is marked fixed when its traces no longer show it."
+    return _job_action(request, slug, job_id, merged)
 
 
 @login_required
@@ -450,8 +461,8 @@ def release_rollback(request: HttpRequest, slug: str, target_id: int) -> HttpRes
     project = project_for(request, slug)
     target = _or_404(evolution_target_by_id, project=project, target_id=target_id)
     try:
-        result = evolution_release_rollback(target=target, to_release=request.POST.get("to_release", "").strip(),
-                                            actor=request.user.email or f"user {request.user.pk}")
+        result = release_rollback_to_previous(target=target, user=request.user,
+                                              to_release=request.POST.get("to_release", "").strip())
     except ClearError as exc:
         messages.error(request, exc.message)
     else:

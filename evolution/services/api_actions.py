@@ -95,29 +95,3 @@ def evolution_target_delete(*, target: EvolutionTarget) -> None:
                             "Edit its config instead", code="target_has_jobs")
     target.delete()
 
-
-def evolution_release_rollback(*, target: EvolutionTarget, to_release: str = "", actor: str = "system"):
-    """An operator's rollback of a hot-swap target (the release history's button): `current` goes back to
-    `to_release`, by default the most recent healthy release before it, is reloaded and re-probed; a healthy
-    re-probe makes it last-good. Refused while a job is promoting on the target. Returns deploy's PromotionResult.
-
-    It runs in the request: the health window is bounded by the target's hot_swap.health (90 s by default)."""
-    from evolution.deploy import hot_swap_config_validate, hot_swap_rollback
-    from evolution.models import JobState
-    from evolution.selectors import evolution_target_releases_root
-
-    section = (target.config or {}).get("hot_swap")
-    if not section:
-        raise EvolutionConfigInvalid(f"Target {target.name!r} has no hot_swap section in its config: it has no "
-                                     "releases to roll back", extra={"fields": {"hot_swap": "missing"}})
-    deploying = target.jobs.filter(state__in=[JobState.PROMOTING, JobState.HEALTH_CHECK, JobState.ROLLING_BACK])
-    busy = deploying.first()
-    if busy is not None:
-        raise ConflictError(f"Job {busy.pk} is deploying to {target.name!r} ({busy.state}); roll back when it has "
-                            "finished", code="deploy_busy", extra={"job": busy.pk})
-    root = evolution_target_releases_root(target=target)
-    plan = hot_swap_config_validate(section).build(releases_root=root,
-                                                   health_command=target.config.get("health_command") or "")
-    return hot_swap_rollback(releases_root=root, to_release=to_release or None,
-                             reason=f"manual rollback by {actor}" + (f" to {to_release}" if to_release else ""),
-                             **plan.health_kwargs())

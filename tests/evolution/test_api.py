@@ -119,6 +119,7 @@ def test_jobs_create_list_filter_and_cancel(api, project, owner, router_target, 
     again = api.post(f"{JOBS}{job['id']}/cancel/")
     assert again.status_code == 409 and again.json()["code"] == "job_wrong_state"
     assert api.post(f"{JOBS}{job['id']}/discard/").status_code == 409
+    assert api.post(f"{JOBS}{job['id']}/merged/", {"release": "v3"}, format="json").status_code == 409
     assert AuditEvent.objects.filter(job_id=job["id"], event="stop_requested",
                                      actor__startswith="api_key:").exists()
 
@@ -176,6 +177,13 @@ def test_a_job_followed_to_its_verdict_then_approved_by_the_hash_seen(
     assert detail["pr_branch"] == f"evo/{job_id}/1"
     assert AuditEvent.objects.filter(job_id=job_id, event="consent_via_api_key",
                                      actor=f"api_key:{issued_key.api_key.pk}").exists()
+
+    # The PR was merged and shipped as v3: that release is watched for the insight.
+    assert api.post(f"{JOBS}{job_id}/merged/", {"release": ""}, format="json").status_code == 400
+    merged = api.post(f"{JOBS}{job_id}/merged/", {"release": "v3"}, format="json")
+    assert merged.status_code == 200, merged.content
+    assert merged.json() == {"insight_id": refund_insight.pk, "release": "v3",
+                             "commit": detail["candidate"]["commit"], "status": "watching"}
 
 
 def test_discard_a_candidate_awaiting_consent(api, owner, router_target, refund_insight, script):

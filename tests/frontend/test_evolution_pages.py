@@ -152,6 +152,10 @@ def test_a_job_page_through_its_states(client, project, owner, target, insight, 
     assert "PR_OPENED" in html and f"evo/{job.pk}/1" in html and f"Approved by {owner.email}" in html
     assert 'data-testid="approve-form"' not in html and 'data-testid="job-cancel-form"' not in html
     assert "data-evolution-poll" not in html  # ended: nothing more to follow
+    assert 'data-testid="merged-form"' in html
+    watching = client.post(_url(project, f"jobs/{job.pk}/merged/"), {"release": "v3"}, follow=True).content.decode()
+    assert "Watching release v3" in watching and 'data-testid="insight-fix"' in watching
+    assert 'data-testid="merged-form"' not in watching
 
     patch = Artifact.objects.filter(job=job, kind="patch").last()
     download = client.get(_url(project, f"jobs/{job.pk}/artifacts/{patch.pk}/"))
