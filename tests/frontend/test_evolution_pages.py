@@ -428,3 +428,108 @@ def test_evolve_the_mediator_race_insight_in_the_browser(live_server, page, cele
     check("evolution-releases")
     assert not errors, errors
     assert not problems, "\n".join(problems)
+
+
+def _wait(predicate, *, timeout: float, what: str) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.5)
+
+
+@pytest.mark.browser
+@pytest.mark.worker
+@pytest.mark.django_db(transaction=True)
+def test_issue_11_acceptance_evolve_hot_swap_and_the_next_release_fixes_the_insight(
+        live_server, page, celery_worker, worker_evolution_dir, project, owner, issued_key, settings, tmp_path,
+        axe_path):
+    """The example agent's mediator_race insight (found by a real diagnosis of its v2 traces, sent over OTLP/HTTP):
+    Evolve in the browser with the scripted fixture and hot swap, follow the job through a real worker to
+    PROMOTE_ELIGIBLE, approve, see the release become current; then the agent's v3 without the bug, diagnosed,
+    marks the insight fixed and closes its ticket."""
+    import subprocess
+    import sys
+
+    from clear.projects.management.commands.demo_setup import _demo_rubrics_create
+    from diagnosis.tickets.models import Ticket as TicketModel
+    from evolution.deploy import hot_swap_config_validate, release_current_get
+    from evolution.models import InsightFix
+    from evolution.services import evolution_target_add
+    from examples.support_desk.target_repo import target_repo_make
+    from tests.diagnosis.insights.conftest import TOUCHED_BY, diagnose, insight_for_tasks
+    from tests.frontend.support import axe_violations, describe, login
+    from tests.support.browser import screenshot
+    from traces.models import Trace
+
+    repo_root = Path(__file__).resolve().parents[2]
+    settings.CLEAR_JUDGE_MODEL = ""
+    _demo_rubrics_create(project=project)
+
+    def send(release: str, bugs: str):
+        result = subprocess.run([sys.executable, "-m", "examples.support_desk", "run", "--bugs", bugs, "--release",
+                                 release, "--endpoint", live_server.url, "--key", issued_key.secret], cwd=repo_root,
+                                capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, result.stdout + result.stderr
+        traces = Trace.objects.filter(project=project, release=release)
+        _wait(lambda: traces.count() == 22 and not traces.filter(finalized_at=None).exists(), timeout=120,
+              what=f"the worker to finalize {release}'s traces")
+        return diagnose(project, release)
+
+    race = insight_for_tasks(project, "mediator", TOUCHED_BY["mediator_race"], send("v2", "mediator_race,retry_loop"))
+    target_repo_make(dest=tmp_path / "desk")
+    target = evolution_target_add(project=project, name="support_desk", source=str(tmp_path / "desk"),
+                                  config=None)  # its evolution.json: trials 2, hot_swap with `serve`
+    assert target.config.get("hot_swap"), target.config
+    root = evolution_target_releases_root(target=target)
+
+    problems: list[str] = []
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+
+    def check(name: str) -> None:
+        assert page.title().endswith("· Clear"), page.title()
+        violations = axe_violations(page, axe_path)
+        screenshot(page, name)
+        if violations:
+            problems.append(f"{name}:\n{describe(violations)}")
+
+    login(page, live_server.url)
+    try:
+        page.goto(f"{live_server.url}/p/{project.slug}/insights/{race.pk}/")
+        page.click("[data-testid=evolve]")
+        page.wait_for_selector("[data-testid=evolve-form]")
+        page.select_option("#id_mode", "hot_swap")
+        assert page.input_value("#id_script").endswith("mediator_race_fix.json")
+        page.click("[data-testid=evolve-submit]")
+        page.wait_for_selector("[data-testid=verdict-decision]:has-text('PROMOTE_ELIGIBLE')", timeout=600_000)
+        job = EvolutionJob.objects.get(project=project)
+        assert "hot-swap" in page.inner_text("[data-testid=approve]")
+        check("evolution-acceptance-awaiting-consent")
+        page.click("[data-testid=approve]")
+        page.wait_for_selector("[data-testid=job-state]:has-text('PROMOTED')", timeout=300_000)
+        job.refresh_from_db()
+        assert (job.state, job.terminal_reason) == ("PROMOTED", "healthy"), job.error
+        release = f"job-{job.pk}-{job.best_iteration.candidate_commit[:12]}"
+        assert release in page.inner_text("[data-testid=insight-fix]")
+        check("evolution-acceptance-promoted")
+        page.goto(f"{live_server.url}/p/{project.slug}/evolution/releases/")
+        assert page.inner_text(f"[data-target='{target.pk}'] [data-testid=current-release]") == release
+        assert release_current_get(releases_root=root) == release
+        check("evolution-acceptance-releases")
+    finally:
+        hot_swap_config_validate(target.config["hot_swap"]).build(releases_root=root).activator.stop()
+
+    # The agent's next release, without the bug: diagnosed, the insight is fixed and its ticket closed.
+    send("v3", "retry_loop")
+    _wait(lambda: InsightFix.objects.filter(job=job, status="fixed").exists(), timeout=120,
+          what="the worker's fix check after v3's insights build")
+    race.refresh_from_db()
+    assert race.status == "fixed" and TicketModel.objects.get(insight=race).status == "fixed"
+    page.goto(f"{live_server.url}/p/{project.slug}/evolution/jobs/{job.pk}/")
+    assert "the insight is fixed" in page.inner_text("[data-testid=insight-fix]")
+    page.goto(f"{live_server.url}/p/{project.slug}/insights/{race.pk}/")
+    check("evolution-acceptance-insight-fixed")
+    assert not errors, errors
+    assert not problems, "\n".join(problems)
