@@ -1,0 +1,3 @@
+from benchmarks.ui.run import main
+
+main()
