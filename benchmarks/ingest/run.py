@@ -402,6 +402,8 @@ def main(argv: list[str] | None = None) -> dict:
                     raise SystemExit(f"only {stored} of {expected} spans stored 120 s after the last response")
                 time.sleep(0.01)
             elapsed = time.perf_counter() - start
+            # Backends opened during the run (a gunicorn thread's first connection, autovacuum) count in full.
+            pg_pids |= _pg_pids(conn)
             cpu = {k: v - cpu_before[k] for k, v in _cpu(server.process.pid, pg_pids).items()}
         server.stop()
         if worker is not None:
