@@ -11,7 +11,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from django.db import connection
-from django.db.models import Count, Q
+from django.db.models.expressions import RawSQL
 
 from clear.projects.models import Project
 from frontend.queries import failing_feedback
@@ -59,7 +59,8 @@ def sample_trace_pks(*, project: Project, release: str = "", sample: int = GRAPH
 def failing_spans(*, project: Project, trace_pks: list[int]) -> set[tuple[int, str]]:
     """(trace pk, span id) of the spans of these traces that a verdict nobody marked wrong fails; one query,
     by the verdicts' trace index."""
-    return set(failing_feedback().filter(project=project, trace_id__in=trace_pks, target_span_id__isnull=False)
+    traces = RawSQL("SELECT unnest(%s::bigint[])", [trace_pks])  # one array parameter, not 2,000 placeholders
+    return set(failing_feedback().filter(project=project, trace_id__in=traces, target_span_id__isnull=False)
                .values_list("trace_id", "target_span_id").distinct())
 
 
@@ -76,10 +77,15 @@ def _stats(rows: dict[str, dict], failing_by_node: dict[str, tuple[int, int]]) -
 def node_stats(*, project: Project, trace_pks: list[int]) -> list[NodeStats]:
     """Per node of these traces: spans, traces, error spans, spans with a failing verdict, and the pass rate (share
     of spans with neither). Two queries: one grouped over the spans, the failing verdicts."""
-    spans = Span.objects.filter(project=project, trace_id__in=trace_pks)
-    rows = {r["node"]: r for r in spans.values("node").annotate(
-        spans=Count("pk"), traces=Count("trace_id", distinct=True), errors=Count("pk", filter=Q(status="error")),
-        agent_spans=Count("pk", filter=Q(kind=Span.Kind.AGENT))).order_by()}
+    # Raw SQL for one array parameter: `trace_id__in` would send (and psycopg split) 2,000 placeholders.
+    col = {f.name: f.column for f in Span._meta.concrete_fields}
+    sql = (f"SELECT {col['node']}, count(*), count(DISTINCT {col['trace']}), "
+           f"count(*) FILTER (WHERE {col['status']} = 'error'), count(*) FILTER (WHERE {col['kind']} = %s) "
+           f"FROM {Span._meta.db_table} WHERE {col['project']} = %s AND {col['trace']} = ANY(%s) GROUP BY 1")
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [Span.Kind.AGENT, project.pk, trace_pks])
+        rows = {node: {"spans": n, "traces": traces, "errors": errors, "agent_spans": agents}
+                for node, n, traces, errors, agents in cursor.fetchall()}
     failing = failing_spans(project=project, trace_pks=trace_pks)
     by_node: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for node, status in _spans_at(project=project, pairs=failing):
@@ -118,44 +124,51 @@ def _handoffs(group: list[tuple]) -> list[tuple[str, str]]:
     return pairs
 
 
-def _call_counts(*, project: Project, trace_pks: list[int]) -> list[tuple[str, str, int]]:
-    """(parent node, child node, spans) over these traces: one hash self-join of their spans."""
+def _workflow_rows(*, project: Project, trace_pks: list[int]) -> list[tuple]:
+    """One statement, one read of these traces' spans (a materialised CTE): per node ("n", node, spans, traces,
+    errors, agent spans), calls ("c", parent node, node, spans) by a hash self-join, and the AGENT spans ("a",
+    trace pk, parent span id, node, start, end, pk; times as epoch seconds: tens of thousands of timezone-aware
+    datetimes cost more to load than the rest of the page)."""
     table, col = Span._meta.db_table, {f.name: f.column for f in Span._meta.concrete_fields}
-    sql = (f"SELECT p.{col['node']}, c.{col['node']}, count(*) FROM {table} AS c JOIN {table} AS p "
-           f"ON p.{col['trace']} = c.{col['trace']} AND p.{col['span_id']} = c.{col['parent_span_id']} "
-           f"WHERE c.{col['project']} = %s AND p.{col['project']} = %s AND c.{col['trace']} = ANY(%s) "
-           f"AND p.{col['trace']} = ANY(%s) AND c.{col['parent_span_id']} <> '' GROUP BY 1, 2")
+    sql = (f"WITH s AS MATERIALIZED (SELECT {col['id']} AS id, {col['trace']} AS t, {col['span_id']} AS sid, "
+           f"{col['parent_span_id']} AS parent, {col['node']} AS node, {col['kind']} AS kind, "
+           f"{col['status']} AS status, extract(epoch FROM {col['start_time']})::float8 AS t0, "
+           f"extract(epoch FROM coalesce({col['end_time']}, {col['start_time']}))::float8 AS t1 "
+           f"FROM {table} WHERE {col['project']} = %s AND {col['trace']} = ANY(%s)) "
+           "SELECT 'n', node, NULL, count(*), count(DISTINCT t), count(*) FILTER (WHERE status = 'error'), "
+           "count(*) FILTER (WHERE kind = %s), NULL::float8, NULL::float8 FROM s GROUP BY node "
+           "UNION ALL SELECT 'c', p.node, c.node, count(*), NULL, NULL, NULL, NULL, NULL FROM s AS c "
+           "JOIN s AS p ON p.t = c.t AND p.sid = c.parent WHERE c.parent <> '' GROUP BY p.node, c.node "
+           "UNION ALL SELECT 'a', node, parent, t, id, NULL, NULL, t0, t1 FROM s WHERE kind = %s")
     with connection.cursor() as cursor:
-        cursor.execute(sql, [project.pk, project.pk, trace_pks, trace_pks])
-        return cursor.fetchall()
-
-
-def _agent_spans(*, project: Project, trace_pks: list[int]) -> list[tuple]:
-    """(trace pk, parent span id, node, start, end, pk) of the AGENT spans of these traces, times as epoch seconds
-    (tens of thousands of timezone-aware datetimes cost more to load than the rest of the page)."""
-    table, col = Span._meta.db_table, {f.name: f.column for f in Span._meta.concrete_fields}
-    sql = (f"SELECT {col['trace']}, {col['parent_span_id']}, {col['node']}, "
-           f"extract(epoch FROM {col['start_time']})::float8, "
-           f"extract(epoch FROM coalesce({col['end_time']}, {col['start_time']}))::float8, {col['id']} "
-           f"FROM {table} WHERE {col['project']} = %s AND {col['trace']} = ANY(%s) AND {col['kind']} = %s")
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [project.pk, trace_pks, Span.Kind.AGENT])
+        cursor.execute(sql, [project.pk, trace_pks, Span.Kind.AGENT, Span.Kind.AGENT])
         return cursor.fetchall()
 
 
 def workflow(*, project: Project, trace_pks: list[int]) -> tuple[list[NodeStats], list[Edge]]:
     """Node figures and transitions of these traces: a span of node A with a child of node B is a call;
     sequential AGENT spans under one parent are a hand-off (B started after A ended, with no sibling agent in
-    between). Self-transitions are left out. Five queries, none reading more than the sampled traces' spans."""
-    edges = [Edge(a, b, "call", n) for a, b, n in _call_counts(project=project, trace_pks=trace_pks) if a != b]
+    between). Self-transitions are left out. Three queries (spans, failing verdicts, their spans)."""
+    rows: dict[str, dict] = {}
+    edges: list[Edge] = []
     siblings: dict[tuple[int, str], list[tuple]] = defaultdict(list)
-    for trace_pk, parent, node, start, end, pk in _agent_spans(project=project, trace_pks=trace_pks):
-        siblings[(trace_pk, parent)].append((start, pk, node, max(end, start)))
+    for what, a, b, n1, n2, n3, n4, t0, t1 in _workflow_rows(project=project, trace_pks=trace_pks):
+        if what == "n":
+            rows[a] = {"spans": n1, "traces": n2, "errors": n3, "agent_spans": n4}
+        elif what == "c":
+            if a != b:
+                edges.append(Edge(a, b, "call", n1))
+        else:  # an agent span: node a, parent span id b, trace n1, pk n2
+            siblings[(n1, b)].append((t0, n2, a, max(t1, t0)))
     handoffs: dict[tuple[str, str], int] = defaultdict(int)
     for group in siblings.values():
         group.sort()
         for pair in _handoffs([(node, start, end) for start, _pk, node, end in group]):
             handoffs[pair] += 1
     edges += [Edge(a, b, "handoff", n) for (a, b), n in handoffs.items() if a and b and a != b]
-    stats = node_stats(project=project, trace_pks=trace_pks)
+    by_node: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for node, status in _spans_at(project=project, pairs=failing_spans(project=project, trace_pks=trace_pks)):
+        by_node[node][0] += 1
+        by_node[node][1] += status == "error"
+    stats = _stats(rows, {node: tuple(v) for node, v in by_node.items()})
     return stats, sorted(edges, key=lambda e: (e.kind, -e.count, e.source, e.target))
