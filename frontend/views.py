@@ -16,6 +16,7 @@ from clear.projects.selectors import api_key_list, project_get_for_user, project
 from clear.projects.services import api_key_create, api_key_revoke
 from diagnosis.models import Insight
 from frontend import charts, graph_queries, heatmap, queries
+from frontend.dashboard_cache import dashboard_aggregate
 from traces.selectors import trace_list, trace_stats
 
 
@@ -56,7 +57,16 @@ def home(request: HttpRequest) -> HttpResponse:
 def overview(request: HttpRequest, slug: str) -> HttpResponse:
     project = project_for(request, slug)
     base_url = request.build_absolute_uri("/").rstrip("/")
-    stats = trace_stats(project=project)
+
+    def figures() -> dict:
+        stats = trace_stats(project=project)
+        if not stats.traces:
+            return {"stats": stats}
+        return {"stats": stats, "series": queries.trace_volume_series(project=project),
+                "spend": queries.judge_spend(project=project)}
+
+    cached = dashboard_aggregate(project=project, name="overview", params=(), compute=figures)
+    stats = cached.value["stats"]
     context = {
         "project": project,
         "nav": "overview",
@@ -68,8 +78,9 @@ def overview(request: HttpRequest, slug: str) -> HttpResponse:
     }
     if stats.traces:
         context.update({
-            "chart": charts.volume_chart(queries.trace_volume_series(project=project)),
-            "spend": queries.judge_spend(project=project),
+            "chart": charts.volume_chart(cached.value["series"]),
+            "spend": cached.value["spend"],
+            "computed_at": cached.computed_at,
             "latest_run": queries.latest_run(project=project),
             "top_insights": top_insights(project=project),
         })
@@ -82,8 +93,10 @@ def workflow(request: HttpRequest, slug: str) -> HttpResponse:
     releases = queries.trace_releases(project=project)
     release = release_param(request, releases)
     sample = graph_queries.GRAPH_TRACE_SAMPLE
-    trace_pks = graph_queries.sample_trace_pks(project=project, release=release, sample=sample)
-    stats, edges = graph_queries.workflow(project=project, trace_pks=trace_pks)
+    cached = dashboard_aggregate(project=project, name="workflow", params=(release, sample), compute=lambda: (
+        graph_queries.workflow(project=project, trace_pks=graph_queries.sample_trace_pks(
+            project=project, release=release, sample=sample))))
+    stats, edges = cached.value
     graph = charts.workflow_graph(stats, edges)
     if graph:
         counts = queries.insight_counts_by_node(project=project)
@@ -91,7 +104,7 @@ def workflow(request: HttpRequest, slug: str) -> HttpResponse:
             node.insights = counts.get(node.name, 0)
     context = {
         "project": project, "nav": "workflow", "releases": releases, "release": release, "sample": sample,
-        "graph": graph, "edges": edges,
+        "graph": graph, "edges": edges, "computed_at": cached.computed_at,
     }
     return render(request, "frontend/workflow.html", context)
 
@@ -102,8 +115,10 @@ def nodes(request: HttpRequest, slug: str) -> HttpResponse:
     releases = queries.trace_releases(project=project)
     release = release_param(request, releases)
     sample = graph_queries.GRAPH_TRACE_SAMPLE
-    rows = graph_queries.node_stats(
-        project=project, trace_pks=graph_queries.sample_trace_pks(project=project, release=release, sample=sample))
+    cached = dashboard_aggregate(project=project, name="nodes", params=(release, sample), compute=lambda: (
+        graph_queries.node_stats(project=project, trace_pks=graph_queries.sample_trace_pks(
+            project=project, release=release, sample=sample))))
+    rows = list(cached.value)
     sort = request.GET.get("sort", "pass")
     if sort == "spans":
         rows.sort(key=lambda r: (-r.spans, r.node))
@@ -113,7 +128,8 @@ def nodes(request: HttpRequest, slug: str) -> HttpResponse:
         sort = "pass"
         rows.sort(key=lambda r: (r.pass_rate if r.pass_rate is not None else 2, r.node))
     context = {"project": project, "nav": "nodes", "releases": releases, "release": release, "rows": rows,
-               "sort": sort, "has_feedback": queries.latest_run(project=project) is not None, "sample": sample}
+               "sort": sort, "has_feedback": queries.latest_run(project=project) is not None, "sample": sample,
+               "computed_at": cached.computed_at}
     context.update(_heatmap_context(request, project))
     return render(request, "frontend/nodes.html", context)
 

@@ -1,4 +1,6 @@
 from django.db import models
+from django.db.models import F
+from django.db.models.functions import Coalesce
 
 from clear.projects.models import Project
 
@@ -42,6 +44,13 @@ class Trace(models.Model):
             models.Index(fields=["project", "-start_time"], name="trace_project_start"),
             models.Index(fields=["project", "release"], name="trace_project_release"),
             models.Index(fields=["project", "last_received_at"], name="trace_project_received"),
+            # The orders the lists page by: the UI's (start time, nulls last) and the API's (start time, else
+            # first receipt); without them the first page is a sort of every trace of the project. Postgres only
+            # (migration 0002): SQLite refuses NULLS LAST in an index.
+            models.Index(F("project"), F("start_time").desc(nulls_last=True), F("id").desc(),
+                         name="trace_project_start_list"),
+            models.Index(F("project"), Coalesce("start_time", "first_received_at").desc(), F("id").desc(),
+                         name="trace_project_sort_time"),
         ]
 
     def __str__(self) -> str:

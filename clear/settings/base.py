@@ -236,7 +236,12 @@ CACHES = {
     "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
     CLEAR_API_THROTTLE_CACHE: {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}
     if REDIS_URL else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "api-throttle"},
+    # Dashboard aggregates (frontend/dashboard_cache.py): shared by every web process when Redis is there.
+    "dashboards": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}
+    if REDIS_URL else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "dashboards"},
 }
+CLEAR_DASHBOARD_CACHE = env_bool("CLEAR_DASHBOARD_CACHE", True)
+CLEAR_DASHBOARD_CACHE_SECONDS = env_float("CLEAR_DASHBOARD_CACHE_SECONDS", 30.0)
 REST_FRAMEWORK["DEFAULT_THROTTLE_CLASSES"] = ["clear.api.throttling.ApiKeyRateThrottle"]
 REST_FRAMEWORK["DEFAULT_SCHEMA_CLASS"] = "clear.api.schema.AutoSchema"
 SPECTACULAR_SETTINGS.update({

@@ -14,7 +14,23 @@ STORAGES["staticfiles"] = {"BACKEND": "django.contrib.staticfiles.storage.Static
 
 # Tasks run eagerly unless a test starts the real worker (tests/support/worker.py), which flips this off; the
 # broker is the test Redis database either way, so sending through it needs no reconfiguration.
-CELERY_BROKER_URL = os.environ.get("CLEAR_TEST_REDIS_URL", "redis://127.0.0.1:6379/14")
+
+
+def _test_redis_url(base: str, xdist_worker: str) -> str:
+    """The base URL for a serial run; under pytest-xdist worker gwN gets database base + N, so that the workers'
+    brokers (each with its own real Celery worker, purged with FLUSHDB) never share a queue."""
+    if not xdist_worker.startswith("gw"):
+        return base
+    head, _, db = base.rpartition("/")
+    number = (int(db) if db.isdigit() else 0) + int(xdist_worker[2:])
+    if number > 15:
+        raise RuntimeError(f"xdist worker {xdist_worker} would need Redis database {number} (of 0-15) from {base}: "
+                           "pick a lower CLEAR_TEST_REDIS_URL database or fewer workers")
+    return f"{head}/{number}"
+
+
+CELERY_BROKER_URL = _test_redis_url(os.environ.get("CLEAR_TEST_REDIS_URL", "redis://127.0.0.1:6379/14"),
+                                    os.environ.get("PYTEST_XDIST_WORKER", ""))
 CELERY_TEST_VISIBILITY_TIMEOUT = 5
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_TEST_VISIBILITY_TIMEOUT}
 
@@ -23,3 +39,6 @@ DATABASES["default"].setdefault("TEST", {})["NAME"] = f"test_clear_{os.getpid()}
 # Live-server request threads would otherwise keep connections open and block dropping the test database.
 DATABASES["default"]["CONN_MAX_AGE"] = 0  # noqa: F405
 CLEAR_OUTBOX_DISPATCH_INTERVAL = 0.0  # every request dispatches: tests observe it deterministically
+# Pages show what the database holds right now: tests build data through the ORM, which no cache version sees;
+# tests/frontend/test_dashboard_cache.py turns the cache on.
+CLEAR_DASHBOARD_CACHE = False
