@@ -17,6 +17,7 @@ The data version is one statement of three index probes (~1 ms). CLEAR_DASHBOARD
 from __future__ import annotations
 
 import hashlib
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from clear.projects.models import Project
 from diagnosis.models import DiagnosisRun, FeedbackCorrection
 from traces.models import Trace
 
+logger = logging.getLogger(__name__)
 CACHE_ALIAS = "dashboards"
 MAX_AGE_SECONDS = 600
 _LOCK_SECONDS = 60
@@ -68,25 +70,33 @@ def aggregate_key(*, project: Project, name: str, params: tuple) -> str:
 
 def dashboard_aggregate(*, project: Project, name: str, params: tuple, compute: Callable[[], T]) -> Cached:
     """`compute()` (picklable), or the cached result of an earlier call for the same project, name and params if
-    the data it was computed from is still current (see the module docstring)."""
+    the data it was computed from is still current (see the module docstring). With the cache unreachable (Redis
+    down) the page is computed, not broken."""
     if not settings.CLEAR_DASHBOARD_CACHE:
         return Cached(value=compute(), computed_at=_now())
     cache = caches[CACHE_ALIAS]
     key = aggregate_key(project=project, name=name, params=params)
     version = data_version(project=project)
-    entry = cache.get(key)
-    if entry is not None:
-        entry_version, stored_at, value = entry
-        age = time.time() - stored_at
-        if entry_version.judged == version.judged and age < MAX_AGE_SECONDS:
-            if entry_version.traces == version.traces or age < settings.CLEAR_DASHBOARD_CACHE_SECONDS:
-                return Cached(value=value, computed_at=_at(stored_at))
-            if not cache.add(f"{key}:lock", 1, _LOCK_SECONDS):  # someone is recomputing it: serve this meanwhile
-                return Cached(value=value, computed_at=_at(stored_at))
+    try:
+        entry = cache.get(key)
+        if entry is not None:
+            entry_version, stored_at, value = entry
+            age = time.time() - stored_at
+            if entry_version.judged == version.judged and age < MAX_AGE_SECONDS:
+                if entry_version.traces == version.traces or age < settings.CLEAR_DASHBOARD_CACHE_SECONDS:
+                    return Cached(value=value, computed_at=_at(stored_at))
+                if not cache.add(f"{key}:lock", 1, _LOCK_SECONDS):  # someone is recomputing: serve this meanwhile
+                    return Cached(value=value, computed_at=_at(stored_at))
+    except Exception as exc:  # noqa: BLE001 - any cache failure (connection refused, timeout, bad pickle)
+        logger.warning("dashboard cache unavailable (%s): computing %s without it", exc, name)
+        return Cached(value=compute(), computed_at=_now())
     value = compute()
     stored_at = time.time()
-    cache.set(key, (version, stored_at, value), MAX_AGE_SECONDS)
-    cache.delete(f"{key}:lock")
+    try:
+        cache.set(key, (version, stored_at, value), MAX_AGE_SECONDS)
+        cache.delete(f"{key}:lock")
+    except Exception as exc:  # noqa: BLE001
+        logger.warning("dashboard cache unavailable (%s): %s not stored", exc, name)
     return Cached(value=value, computed_at=_at(stored_at))
 
 
