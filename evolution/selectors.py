@@ -9,7 +9,6 @@ from django.db.models import QuerySet
 
 from clear.errors import NotFoundError
 from clear.projects.models import Project
-from evolution.config import evolution_dir
 from evolution.models import (
     TERMINAL_STATES, Artifact, AuditEvent, EvolutionJob, EvolutionTarget, Iteration, StageRun, TaskSpec, TrialRun,
     Verdict,
