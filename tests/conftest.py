@@ -16,6 +16,26 @@ from tests.support.worker import CeleryWorkerProcess, purge_broker, use_broker  
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
+# Under pytest-xdist (scripts/test.sh runs the whole suite on 2 workers) each test is scheduled on its own, as with
+# --dist load, except that the tests of these modules go to one worker together: their module-scoped fixture is
+# expensive (the demo: migrations, a worker and gunicorn, ~20 s up and more down) and would be built on both.
+# xdist's own --dist loadgroup cannot be used for this: on pytest 9 it no longer sees xdist_group marks.
+ONE_WORKER_MODULES = {"tests/foundation/test_demo.py"}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "load":
+        return None  # a mode chosen on the command line (loadfile, loadscope, ...) is honoured as it is
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleGroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return module if module in ONE_WORKER_MODULES else nodeid
+
+    return ModuleGroupScheduling(config, log)
+
 
 @pytest.fixture(scope="session")
 def shared_dir() -> Path:

@@ -12,9 +12,6 @@ CELERY_TASK_ALWAYS_EAGER = True
 CELERY_TASK_EAGER_PROPAGATES = True
 STORAGES["staticfiles"] = {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"}  # noqa: F405
 
-# Tasks run eagerly unless a test starts the real worker (tests/support/worker.py), which flips this off; the
-# broker is the test Redis database either way, so sending through it needs no reconfiguration.
-
 
 def _test_redis_url(base: str, xdist_worker: str) -> str:
     """The base URL for a serial run; under pytest-xdist worker gwN gets database base + N, so that the workers'
@@ -29,6 +26,8 @@ def _test_redis_url(base: str, xdist_worker: str) -> str:
     return f"{head}/{number}"
 
 
+# Tasks run eagerly unless a test starts the real worker (tests/support/worker.py), which flips this off; the
+# broker is the test Redis database either way, so sending through it needs no reconfiguration.
 CELERY_BROKER_URL = _test_redis_url(os.environ.get("CLEAR_TEST_REDIS_URL", "redis://127.0.0.1:6379/14"),
                                     os.environ.get("PYTEST_XDIST_WORKER", ""))
 CELERY_TEST_VISIBILITY_TIMEOUT = 5

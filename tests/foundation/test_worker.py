@@ -31,14 +31,15 @@ def test_a_task_sent_through_the_broker_runs_and_writes_to_postgres(celery_worke
 
 def test_a_killed_worker_task_is_redelivered_and_finishes_once(celery_worker):
     WorkerProbe.objects.create(token="redelivered")
-    worker_probe_task.delay("redelivered", 30.0)
+    # The hold outlasts a kill by far (the kill follows the delivery within a poll) and the final run waits it out.
+    worker_probe_task.delay("redelivered", 10.0)
     _wait_for(lambda: WorkerProbe.objects.filter(token="redelivered", attempts=1).exists(), 30, "the first delivery")
     celery_worker.kill()
     assert WorkerProbe.objects.get(token="redelivered").finished_at is None
     celery_worker.start()
     # acks_late + the short visibility timeout: Redis hands the unacknowledged task to the new worker.
     _wait_for(lambda: WorkerProbe.objects.filter(token="redelivered", attempts=2).exists(), 60, "the redelivery")
-    celery_worker.kill()  # the redelivered run also holds for 30 s; a fresh worker proves "finish once" faster below
+    celery_worker.kill()  # the redelivered run also holds; a fresh worker proves "finish once" faster below
     celery_worker.start()
     probe = _wait_for(
         lambda: WorkerProbe.objects.filter(token="redelivered", finished_at__isnull=False).first(), 90, "the finish"

@@ -3,6 +3,7 @@ rubrics; and a trace whose content is hostile HTML."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import subprocess
 from dataclasses import dataclass
@@ -123,10 +124,16 @@ def evil_trace(project, settings):
 @pytest.fixture(scope="session")
 def axe_path() -> Path:
     """axe-core installed locally with npm (once): the browser gets it from disk, never from a CDN."""
-    if not AXE_PATH.exists():
-        result = subprocess.run(["npm", "install", "--prefix", str(REPO_ROOT / "var"), "--no-save",
-                                 "--no-audit", "--no-fund", "axe-core@4"], capture_output=True, text=True,
-                                timeout=300)
-        if result.returncode != 0 or not AXE_PATH.exists():
-            pytest.fail(f"could not install axe-core with npm:\n{result.stdout}\n{result.stderr}")
+    if AXE_PATH.exists():
+        return AXE_PATH
+    (REPO_ROOT / "var").mkdir(exist_ok=True)
+    # pytest-xdist workers may all get here at once: one installs, the others wait for it.
+    with open(REPO_ROOT / "var" / "axe-install.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not AXE_PATH.exists():
+            result = subprocess.run(["npm", "install", "--prefix", str(REPO_ROOT / "var"), "--no-save",
+                                     "--no-audit", "--no-fund", "axe-core@4"], capture_output=True, text=True,
+                                    timeout=300)
+            if result.returncode != 0 or not AXE_PATH.exists():
+                pytest.fail(f"could not install axe-core with npm:\n{result.stdout}\n{result.stderr}")
     return AXE_PATH

@@ -7,6 +7,7 @@ others (a retry of a batch long stored).
 """
 
 import http.client
+import os
 import queue
 import random
 import subprocess
@@ -92,7 +93,7 @@ class Gunicorn(ProcessGroup):
 
     @property
     def log_path(self) -> Path:
-        return LOG_DIR / f"gunicorn-loss-{self.starts}.log"
+        return LOG_DIR / f"gunicorn-loss-{os.getpid()}-{self.starts}.log"
 
     def start(self, timeout: float = 30) -> None:
         self.starts += 1
