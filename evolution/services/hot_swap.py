@@ -112,10 +112,11 @@ def hot_swap_job_promote(*, job: EvolutionJob, stage_run: StageRun, best: Iterat
     releases_sync(target=target)
     if outcome == "promoted":
         _row_set(target=target, release_id=release_id, status=R.ACTIVE, report=report)
-        job = finish(job=job, to_state=S.PROMOTED, reason="healthy", data=data)
         from evolution.services.watch import insight_fix_record
 
-        insight_fix_record(job=job, release=release_id, commit=best.candidate_commit)
+        with transaction.atomic():  # a page that sees PROMOTED sees the fix it is watching for as well
+            job = finish(job=job, to_state=S.PROMOTED, reason="healthy", data=data)
+            insight_fix_record(job=job, release=release_id, commit=best.candidate_commit)
         return outcome
     swapped = result.rollback_health is not None or outcome == "rolled_back"
     _row_set(target=target, release_id=release_id, status=R.ROLLED_BACK if swapped else R.FAILED, report=report)
