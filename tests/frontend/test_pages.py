@@ -87,7 +87,7 @@ def test_overview_shows_volume_failure_rate_and_judge_cost(seeded, owner):
     DiagnosisRun.objects.filter(pk=other.pk).update(cost=1.5)
     html = client_for(owner).get(f"/p/{seeded.project.slug}/").content.decode()
     assert 'data-testid="volume-chart"' in html
-    assert "$1.75" in html and "2 runs" in html and "1200 tokens" in html
+    assert "$1.75" in html and "2 runs" in html and "1,200 tokens" in html
     assert 'data-testid="latest-run"' in html
     # 22 traces each on two virtual days: hourly buckets, r1's failures in the first.
     assert "per hour" in html
