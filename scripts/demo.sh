@@ -39,21 +39,50 @@ echo "==> preparing the database in $CLEAR_VAR_DIR"
 "$PY" manage.py migrate --noinput -v 0
 "$PY" manage.py collectstatic --noinput -v 0
 
+# The worker and the web server run in sessions of their own, so Ctrl-C or a SIGTERM to this script's process group
+# reaches only this script, which stops them (cleanup). A group SIGTERM reaching Celery's pool processes killed them,
+# sometimes while one held the pool's queue lock, and the worker then hung at exit for good. --pdeathsig: they still
+# stop if this script is killed outright. Without setsid/setpriv (not Linux) they share this script's group.
+own_session() {  # only as `own_session cmd... &`: it execs, so $! is the command's pid
+  if command -v setsid >/dev/null && command -v setpriv >/dev/null; then exec setsid setpriv --pdeathsig TERM "$@"
+  else exec "$@"; fi
+}
 PIDS=()
+running() {
+  local pid
+  for pid in "${PIDS[@]}"; do kill -0 "$pid" 2>/dev/null && return 0; done
+  return 1
+}
+wait_stopped() {  # up to $1 seconds (a second Ctrl-C sets STOP_GRACE=0 and ends the wait)
+  local i
+  for ((i = 0; i < $1 * 5 && STOP_GRACE > 0; i++)); do running || return 0; sleep 0.2; done
+  ! running
+}
+# SIGTERM first: gunicorn finishes in-flight requests (--graceful-timeout), Celery running tasks (warm shutdown, which
+# has no time limit of its own). After STOP_GRACE seconds SIGQUIT: gunicorn's quick and Celery's cold shutdown (the
+# running tasks go back to the queue: acks_late). Whatever is left 3 s later gets SIGKILL, with its session.
+STOP_GRACE=5
 cleanup() {
-  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  trap 'STOP_GRACE=0' INT TERM
+  local pid
+  for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  wait_stopped "$STOP_GRACE" && return 0
+  for pid in "${PIDS[@]}"; do kill -QUIT "$pid" 2>/dev/null || true; done
+  STOP_GRACE=1 wait_stopped 3 && return 0
+  echo "The worker or the web server did not stop; killing it." >&2
+  for pid in "${PIDS[@]}"; do kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true; done
   wait 2>/dev/null || true
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 echo "==> starting the Celery worker (log: $CLEAR_VAR_DIR/logs/worker.log)"
-"$BIN/celery" -A clear worker -B --concurrency 2 --loglevel INFO \
+own_session "$BIN/celery" -A clear worker -B --concurrency 2 --loglevel INFO \
   --schedule "$CLEAR_VAR_DIR/celerybeat-schedule" > "$CLEAR_VAR_DIR/logs/worker.log" 2>&1 &
 PIDS+=($!)
 
 echo "==> serving http://$HOST:$PORT (log: $CLEAR_VAR_DIR/logs/web.log)"
-"$BIN/gunicorn" clear.wsgi:application --bind "$HOST:$PORT" --workers 2 --threads 4 --timeout 120 --graceful-timeout 5 \
+own_session "$BIN/gunicorn" clear.wsgi:application --bind "$HOST:$PORT" --workers 2 --threads 4 --timeout 120 --graceful-timeout 5 \
   --access-logfile "$CLEAR_VAR_DIR/logs/web.log" --error-logfile "$CLEAR_VAR_DIR/logs/web.log" &
 PIDS+=($!)
 up=0

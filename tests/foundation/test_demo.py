@@ -55,17 +55,48 @@ def demo(tmp_path_factory):
             break
     output = "".join(lines)
     if "Press Ctrl-C" not in output:
-        os.killpg(process.pid, signal.SIGKILL)
+        _kill_sessions(_demo_sessions(process.pid))
         pytest.fail(f"the demo did not come up:\n{output}")
     login = re.search(r"login: (\S+)", output).group(1)
     password = re.search(r"password: (\S+)", output).group(1)
     env["SECRET_KEY_FILE"] = str(var_dir / "secret_key")
     yield Demo(f"http://127.0.0.1:{port}", login, password, var_dir, env, output)
+    # Read before the script exits: its worker and web server are reparented then.
+    sessions = _demo_sessions(process.pid)
     os.killpg(process.pid, signal.SIGTERM)
     try:
         process.wait(timeout=30)
+        hung = False
     except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
+        hung = True
+    finally:
+        # Whatever is left gets SIGKILL, so no process keeps the port or the var dir of the next run.
+        _kill_sessions(sessions)
+        process.stdout.close()
+    # The script stops its children within about 9 s (SIGTERM, SIGQUIT after 5 s, SIGKILL 3 s later).
+    assert not hung, "scripts/demo.sh did not stop within 30 s of SIGTERM"
+
+
+def _kill_sessions(sessions: set[int]) -> None:
+    for session in sessions:
+        try:
+            os.killpg(session, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _demo_sessions(pid: int) -> set[int]:
+    """The script's session and those of its children: scripts/demo.sh starts the worker and the web server in
+    sessions of their own, which a signal to the script's process group does not reach."""
+    sessions = {pid}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()  # after "(comm)": state ppid pgrp session ...
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            sessions.add(int(fields[3]))
+    return sessions
 
 
 def test_demo_prints_login_and_keys(demo):
