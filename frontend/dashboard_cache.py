@@ -34,6 +34,7 @@ from traces.models import Trace
 
 logger = logging.getLogger(__name__)
 CACHE_ALIAS = "dashboards"
+KEY_PREFIX = "clear:dashboard:"
 MAX_AGE_SECONDS = 600
 _LOCK_SECONDS = 60
 
@@ -65,7 +66,7 @@ def data_version(*, project: Project) -> DataVersion:
 
 
 def aggregate_key(*, project: Project, name: str, params: tuple) -> str:
-    return f"clear:dashboard:{project.pk}:{name}:{hashlib.sha1(repr(params).encode()).hexdigest()[:16]}"
+    return f"{KEY_PREFIX}{project.pk}:{name}:{hashlib.sha1(repr(params).encode()).hexdigest()[:16]}"
 
 
 def dashboard_aggregate(*, project: Project, name: str, params: tuple, compute: Callable[[], T]) -> Cached:

@@ -216,8 +216,10 @@ def measure(args: argparse.Namespace, *, port: int, session: str, key: str, urls
 def _drop_dashboard_cache(redis_url: str) -> None:
     import redis
 
+    from frontend.dashboard_cache import KEY_PREFIX
+
     client = redis.Redis.from_url(redis_url)
-    for key in client.scan_iter(match="*clear:dashboard:*", count=1000):
+    for key in client.scan_iter(match=f"*{KEY_PREFIX}*", count=1000):  # Django prefixes its own ":1:"
         client.delete(key)
     client.close()
 
@@ -255,7 +257,8 @@ def _report(result: dict, args: argparse.Namespace, counts: dict) -> None:
     print(f"worst p95 {worst:.0f} ms: target p95 < {TARGET_P95_MS} ms "
           f"{'met' if worst < TARGET_P95_MS else 'NOT met'} (ratio {worst / TARGET_P95_MS:.2f})")
     if cold:
-        print("cold ms: one client, the dashboard cache emptied before each request (a first view after new data), median of 3")
+        print("cold ms: one client, the dashboard cache emptied before each request (a first view after new data), "
+              "median of 3")
 
 
 # ---------------------------------------------------------------------------------------------------------------

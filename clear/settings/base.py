@@ -232,13 +232,19 @@ CLEAR_API_SPAN_IO_MAX_CHARS = env_int("CLEAR_API_SPAN_IO_MAX_CHARS", 20_000)  # 
 CLEAR_API_TRACE_MAX_SPANS = env_int("CLEAR_API_TRACE_MAX_SPANS", 5_000)
 # The rate limit's counters: Redis when there is one, so every web process counts against the same limit.
 CLEAR_API_THROTTLE_CACHE = "api_throttle"
+
+
+def _shared_cache(local_name: str) -> dict:
+    """Redis when there is one (every web process sees the same entries), else this process' memory."""
+    if REDIS_URL:
+        return {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}
+    return {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": local_name}
+
+
 CACHES = {
     "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
-    CLEAR_API_THROTTLE_CACHE: {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}
-    if REDIS_URL else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "api-throttle"},
-    # Dashboard aggregates (frontend/dashboard_cache.py): shared by every web process when Redis is there.
-    "dashboards": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}
-    if REDIS_URL else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "dashboards"},
+    CLEAR_API_THROTTLE_CACHE: _shared_cache("api-throttle"),
+    "dashboards": _shared_cache("dashboards"),  # frontend/dashboard_cache.py
 }
 CLEAR_DASHBOARD_CACHE = env_bool("CLEAR_DASHBOARD_CACHE", True)
 CLEAR_DASHBOARD_CACHE_SECONDS = env_float("CLEAR_DASHBOARD_CACHE_SECONDS", 30.0)
