@@ -512,10 +512,6 @@ def test_issue_11_acceptance_evolve_hot_swap_and_the_next_release_fixes_the_insi
         job.refresh_from_db()
         assert (job.state, job.terminal_reason) == ("PROMOTED", "healthy"), job.error
         release = f"job-{job.pk}-{job.best_iteration.candidate_commit[:12]}"
-        # The worker records the fix just after it commits PROMOTED (evolution/services/hot_swap.py), and the page
-        # stops polling at a terminal state: on a loaded machine it can render in between, so load it once more.
-        _wait(lambda: InsightFix.objects.filter(job=job).exists(), timeout=60, what="the promoted fix's record")
-        page.reload()
         assert release in page.inner_text("[data-testid=insight-fix]")
         check("evolution-acceptance-promoted")
         page.goto(f"{live_server.url}/p/{project.slug}/evolution/releases/")
