@@ -25,3 +25,8 @@ urlpatterns = [
     re_path(r"^api/v1/", ApiNotFoundApi.as_view(), name="api-not-found"),
     path("", include("frontend.urls")),
 ]
+
+# Styled pages with the navigation (and the API's error body under /api/ and /v1/); the traceback goes to the log.
+handler403 = "frontend.views_errors.permission_denied"
+handler404 = "frontend.views_errors.page_not_found"
+handler500 = "frontend.views_errors.server_error"

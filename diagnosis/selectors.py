@@ -183,6 +183,14 @@ def insight_links(*, project: Project, insight) -> QuerySet:
     return links.filter(node=insight).select_related("system").order_by("-shared")
 
 
+def insight_link_pairs(*, project: Project, system_pks: list[int]) -> list[tuple[int, int]]:
+    """(system insight pk, node insight pk) of every link of these system insights; one query."""
+    from diagnosis.models import InsightLink
+
+    return list(InsightLink.objects.filter(system__project=project, system_id__in=system_pks)
+                .values_list("system_id", "node_id"))
+
+
 # --- runs for CI: reuse and the latest run of a release ---------------------------------------------------------
 
 

@@ -2,7 +2,7 @@
 
 Both pages look at the newest GRAPH_TRACE_SAMPLE traces: enough to see every path the agent takes and its current
 health, bounded so a project with millions of spans costs what one with thousands does. The sampled traces are
-passed to Postgres as a literal list of pks, so their spans are read by index, never by a scan of every span.
+passed to Postgres as one array of pks, so their spans are read by index, never by a scan of every span.
 """
 
 from __future__ import annotations
@@ -11,8 +11,10 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from django.db import connection
+from django.db.models import Count, Q
 from django.db.models.expressions import RawSQL
 
+from clear.db import postgres_fast_path
 from clear.projects.models import Project
 from frontend.queries import failing_feedback
 from traces.models import Span, Trace
@@ -56,11 +58,17 @@ def sample_trace_pks(*, project: Project, release: str = "", sample: int = GRAPH
     return pks
 
 
+def _failing_spans_postgres(*, project: Project, trace_pks: list[int]) -> set[tuple[int, str]]:
+    traces = RawSQL("SELECT unnest(%s::bigint[])", [trace_pks])  # one array parameter, not 2,000 placeholders
+    return set(failing_feedback().filter(project=project, trace_id__in=traces, target_span_id__isnull=False)
+               .values_list("trace_id", "target_span_id").distinct())
+
+
+@postgres_fast_path(_failing_spans_postgres)
 def failing_spans(*, project: Project, trace_pks: list[int]) -> set[tuple[int, str]]:
     """(trace pk, span id) of the spans of these traces that a verdict nobody marked wrong fails; one query,
     by the verdicts' trace index."""
-    traces = RawSQL("SELECT unnest(%s::bigint[])", [trace_pks])  # one array parameter, not 2,000 placeholders
-    return set(failing_feedback().filter(project=project, trace_id__in=traces, target_span_id__isnull=False)
+    return set(failing_feedback().filter(project=project, trace_id__in=trace_pks, target_span_id__isnull=False)
                .values_list("trace_id", "target_span_id").distinct())
 
 
@@ -74,9 +82,7 @@ def _stats(rows: dict[str, dict], failing_by_node: dict[str, tuple[int, int]]) -
     return stats
 
 
-def node_stats(*, project: Project, trace_pks: list[int]) -> list[NodeStats]:
-    """Per node of these traces: spans, traces, error spans, spans with a failing verdict, and the pass rate (share
-    of spans with neither). Two queries: one grouped over the spans, the failing verdicts."""
+def _node_rows_postgres(*, project: Project, trace_pks: list[int]) -> dict[str, dict]:
     # Raw SQL for one array parameter: `trace_id__in` would send (and psycopg split) 2,000 placeholders.
     col = {f.name: f.column for f in Span._meta.concrete_fields}
     sql = (f"SELECT {col['node']}, count(*), count(DISTINCT {col['trace']}), "
@@ -84,19 +90,39 @@ def node_stats(*, project: Project, trace_pks: list[int]) -> list[NodeStats]:
            f"FROM {Span._meta.db_table} WHERE {col['project']} = %s AND {col['trace']} = ANY(%s) GROUP BY 1")
     with connection.cursor() as cursor:
         cursor.execute(sql, [Span.Kind.AGENT, project.pk, trace_pks])
-        rows = {node: {"spans": n, "traces": traces, "errors": errors, "agent_spans": agents}
+        return {node: {"spans": n, "traces": traces, "errors": errors, "agent_spans": agents}
                 for node, n, traces, errors, agents in cursor.fetchall()}
-    failing = failing_spans(project=project, trace_pks=trace_pks)
+
+
+@postgres_fast_path(_node_rows_postgres)
+def _node_rows(*, project: Project, trace_pks: list[int]) -> dict[str, dict]:
+    """{node: {spans, traces, errors, agent_spans}} over these traces' spans; one grouped query."""
+    rows = (Span.objects.filter(project=project, trace_id__in=trace_pks).order_by().values("node")
+            .annotate(spans=Count("pk"), traces=Count("trace", distinct=True),
+                      errors=Count("pk", filter=Q(status="error")),
+                      agent_spans=Count("pk", filter=Q(kind=Span.Kind.AGENT))))
+    return {r.pop("node"): r for r in rows}
+
+
+def _failing_by_node(*, project: Project, trace_pks: list[int]) -> dict[str, tuple[int, int]]:
+    """{node: (spans with a failing verdict, of which error spans)}."""
     by_node: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    for node, status in _spans_at(project=project, pairs=failing):
+    for node, status in _spans_at(project=project, pairs=failing_spans(project=project, trace_pks=trace_pks)):
         by_node[node][0] += 1
         by_node[node][1] += status == "error"
-    return _stats(rows, {node: tuple(v) for node, v in by_node.items()})
+    return {node: (n, n_error) for node, (n, n_error) in by_node.items()}
 
 
-def _spans_at(*, project: Project, pairs: set[tuple[int, str]]) -> list[tuple[str, str]]:
-    """(node, status) of the spans named by (trace pk, span id) pairs: one probe of the (trace, span id) unique
-    index per pair (an IN list on each column would be planned as a scan)."""
+def node_stats(*, project: Project, trace_pks: list[int]) -> list[NodeStats]:
+    """Per node of these traces: spans, traces, error spans, spans with a failing verdict, and the pass rate (share
+    of spans with neither). Three queries: one grouped over the spans, the failing verdicts, their spans."""
+    return _stats(_node_rows(project=project, trace_pks=trace_pks),
+                  _failing_by_node(project=project, trace_pks=trace_pks))
+
+
+def _spans_at_postgres(*, project: Project, pairs: set[tuple[int, str]]) -> list[tuple[str, str]]:
+    """One probe of the (trace, span id) unique index per pair (an IN list on each column would be planned as a
+    scan)."""
     if not pairs:
         return []
     col = {f.name: f.column for f in Span._meta.concrete_fields}
@@ -107,6 +133,16 @@ def _spans_at(*, project: Project, pairs: set[tuple[int, str]]) -> list[tuple[st
     with connection.cursor() as cursor:
         cursor.execute(sql, [list(traces), list(span_ids), project.pk])
         return cursor.fetchall()
+
+
+@postgres_fast_path(_spans_at_postgres)
+def _spans_at(*, project: Project, pairs: set[tuple[int, str]]) -> list[tuple[str, str]]:
+    """(node, status) of the spans named by (trace pk, span id) pairs."""
+    if not pairs:
+        return []
+    rows = (Span.objects.filter(project=project, trace_id__in={t for t, _ in pairs})
+            .values_list("trace_id", "span_id", "node", "status"))
+    return [(node, status) for trace, span_id, node, status in rows if (trace, span_id) in pairs]
 
 
 def _handoffs(group: list[tuple]) -> list[tuple[str, str]]:
@@ -124,11 +160,10 @@ def _handoffs(group: list[tuple]) -> list[tuple[str, str]]:
     return pairs
 
 
-def _workflow_rows(*, project: Project, trace_pks: list[int]) -> list[tuple]:
-    """One statement, one read of these traces' spans (a materialised CTE): per node ("n", node, spans, traces,
-    errors, agent spans), calls ("c", parent node, node, spans) by a hash self-join, and the AGENT spans ("a",
-    trace pk, parent span id, node, start, end, pk; times as epoch seconds: tens of thousands of timezone-aware
-    datetimes cost more to load than the rest of the page)."""
+def _workflow_rows_postgres(*, project: Project, trace_pks: list[int]) -> list[tuple]:
+    """One statement, one read of these traces' spans (a materialised CTE), with a hash self-join for the calls;
+    times as epoch seconds: tens of thousands of timezone-aware datetimes cost more to load than the rest of the
+    page."""
     table, col = Span._meta.db_table, {f.name: f.column for f in Span._meta.concrete_fields}
     sql = (f"WITH s AS MATERIALIZED (SELECT {col['id']} AS id, {col['trace']} AS t, {col['span_id']} AS sid, "
            f"{col['parent_span_id']} AS parent, {col['node']} AS node, {col['kind']} AS kind, "
@@ -143,6 +178,34 @@ def _workflow_rows(*, project: Project, trace_pks: list[int]) -> list[tuple]:
     with connection.cursor() as cursor:
         cursor.execute(sql, [project.pk, trace_pks, Span.Kind.AGENT, Span.Kind.AGENT])
         return cursor.fetchall()
+
+
+@postgres_fast_path(_workflow_rows_postgres)
+def _workflow_rows(*, project: Project, trace_pks: list[int]) -> list[tuple]:
+    """From one read of these traces' spans: per node ("n", node, None, spans, traces, errors, agent spans, None,
+    None), calls ("c", parent node, node, spans, None...) and the AGENT spans ("a", node, parent span id, trace pk,
+    pk, None, None, start, end; times as epoch seconds)."""
+    spans = list(Span.objects.filter(project=project, trace_id__in=trace_pks).values_list(
+        "pk", "trace_id", "span_id", "parent_span_id", "node", "kind", "status", "start_time", "end_time"))
+    node_of = {(trace, span_id): node for _pk, trace, span_id, _parent, node, *_rest in spans}
+    nodes: dict[str, list] = defaultdict(lambda: [0, set(), 0, 0])
+    calls: dict[tuple[str, str], int] = defaultdict(int)
+    agents = []
+    for pk, trace, _span_id, parent, node, kind, status, start, end in spans:
+        figures = nodes[node]
+        figures[0] += 1
+        figures[1].add(trace)
+        figures[2] += status == "error"
+        figures[3] += kind == Span.Kind.AGENT
+        if parent and (trace, parent) in node_of:
+            calls[(node_of[(trace, parent)], node)] += 1
+        if kind == Span.Kind.AGENT:
+            t0 = start.timestamp()
+            agents.append(("a", node, parent, trace, pk, None, None, t0, end.timestamp() if end else t0))
+    rows: list[tuple] = [("n", node, None, n, len(traces), errors, agent_spans, None, None)
+                         for node, (n, traces, errors, agent_spans) in nodes.items()]
+    rows += [("c", parent, child, n, None, None, None, None, None) for (parent, child), n in calls.items()]
+    return rows + agents
 
 
 def workflow(*, project: Project, trace_pks: list[int]) -> tuple[list[NodeStats], list[Edge]]:
@@ -166,9 +229,5 @@ def workflow(*, project: Project, trace_pks: list[int]) -> tuple[list[NodeStats]
         for pair in _handoffs([(node, start, end) for start, _pk, node, end in group]):
             handoffs[pair] += 1
     edges += [Edge(a, b, "handoff", n) for (a, b), n in handoffs.items() if a and b and a != b]
-    by_node: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    for node, status in _spans_at(project=project, pairs=failing_spans(project=project, trace_pks=trace_pks)):
-        by_node[node][0] += 1
-        by_node[node][1] += status == "error"
-    stats = _stats(rows, {node: tuple(v) for node, v in by_node.items()})
+    stats = _stats(rows, _failing_by_node(project=project, trace_pks=trace_pks))
     return stats, sorted(edges, key=lambda e: (e.kind, -e.count, e.source, e.target))

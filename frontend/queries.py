@@ -14,10 +14,10 @@ from django.db import connection
 from django.db.models import Case, Count, Exists, F, FloatField, Max, Min, OuterRef, Q, QuerySet, Subquery, Sum, When
 from django.db.models.functions import Coalesce, Trunc
 
+from clear.db import postgres_fast_path
 from clear.projects.models import Project
 from diagnosis.models import DiagnosisRun, Feedback, FeedbackCorrection
 from traces.models import Span, Trace
-
 
 # ---------------------------------------------------------------------------------------------------------------
 # failing verdicts
@@ -84,10 +84,9 @@ def trace_search(*, project: Project, filters: TraceFilter) -> QuerySet[Trace]:
     return traces.annotate(failing_feedback=Coalesce(Subquery(failing[:1]), 0))
 
 
-def _distinct(model, field: str, *, project: Project) -> list[str]:
-    """The distinct values of a text column of the project's rows, in order, by a "loose index scan" on the
-    (project, field) index: one index probe per distinct value instead of reading every row (1M spans → 9 nodes
-    in a millisecond rather than a second)."""
+def _distinct_postgres(model, field: str, *, project: Project) -> list[str]:
+    """A "loose index scan" on the (project, field) index: one index probe per distinct value instead of reading
+    every row (1M spans → 9 nodes in a millisecond rather than a second)."""
     table, column = model._meta.db_table, model._meta.get_field(field).column
     project_col = model._meta.get_field("project").column
     sql = (f"WITH RECURSIVE v(x) AS ((SELECT {column} FROM {table} WHERE {project_col} = %s ORDER BY {column} "
@@ -96,6 +95,14 @@ def _distinct(model, field: str, *, project: Project) -> list[str]:
     with connection.cursor() as cursor:
         cursor.execute(sql, [project.pk, project.pk])
         return [row[0] for row in cursor.fetchall()]
+
+
+@postgres_fast_path(_distinct_postgres)
+def _distinct(model, field: str, *, project: Project) -> list[str]:
+    """The distinct values of a text column of the project's rows, in order (SQLite reads them off the
+    (project, field) index)."""
+    return list(model.objects.filter(project=project).exclude(**{f"{field}__isnull": True}).order_by(field)
+                .values_list(field, flat=True).distinct())
 
 
 def trace_releases(*, project: Project) -> list[str]:

@@ -16,7 +16,14 @@ from django.views.decorators.http import require_POST
 from clear.errors import ClearError, NotFoundError
 from clear.projects.models import Project
 from diagnosis.models import Insight
-from diagnosis.selectors import insight_evidence_list, insight_get, insight_links, insight_list, insight_trend
+from diagnosis.selectors import (
+    insight_evidence_list,
+    insight_get,
+    insight_link_pairs,
+    insight_links,
+    insight_list,
+    insight_trend,
+)
 from diagnosis.services.insights_review import insight_confirm, insight_reject, insight_status_set
 from diagnosis.tickets.export import CONTENT_TYPES, OUTPUTS, tickets_export
 from diagnosis.tickets.models import IssueTrackerConnection, Ticket
@@ -28,7 +35,7 @@ from frontend.views import project_for
 
 PAGE_SIZE = 50
 EVIDENCE_LIMIT = 25
-TOP_INSIGHTS = 5
+TOP_INSIGHTS = 8
 
 
 def _choice(request: HttpRequest, name: str, allowed) -> str:
@@ -44,9 +51,15 @@ def _insight_for(project: Project, insight_id) -> Insight:
 
 
 def top_insights(*, project: Project) -> list[Insight]:
-    """The overview card: open system-level insights, most frequent first."""
-    return list(insight_list(project=project, level=Insight.Level.SYSTEM, status=Insight.Status.OPEN,
-                             include_other=False).order_by("-frequency", "-count", "pk")[:TOP_INSIGHTS])
+    """The overview card: open insights of both levels, most frequent first, so that a problem seen at one node
+    only shows too; a node insight is left out when a listed system insight contains it under the same title."""
+    candidates = list(insight_list(project=project, status=Insight.Status.OPEN, include_other=False)
+                      .order_by("-frequency", "-count", "pk")[:TOP_INSIGHTS * 3])
+    systems = {i.pk: i.title for i in candidates if i.level == Insight.Level.SYSTEM}
+    repeated = {(node_pk, systems[system_pk])
+                for system_pk, node_pk in insight_link_pairs(project=project, system_pks=list(systems))}
+    top = [i for i in candidates if (i.pk, i.title) not in repeated]
+    return top[:TOP_INSIGHTS]
 
 
 @login_required

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The whole test suite on real Postgres, Redis, a Celery worker and headless Chromium.
-#   scripts/test.sh [--no-install] [pytest args...]
+# The whole test suite on real Postgres, Redis, a Celery worker and headless Chromium, then the pages, API, CLI and
+# ingestion tests again on SQLite (the embedded default).
+#   scripts/test.sh [--no-install] [pytest args...]     with arguments: one pytest run on CLEAR_TEST_DATABASE
 set -euo pipefail
 source "$(dirname "$0")/_common.sh"
 
@@ -15,14 +16,37 @@ mkdir -p var/screenshots
 # The whole suite (no arguments, as .ci/run calls it) runs on pytest-xdist workers, one per core of a 2-core CI
 # machine: CLEAR_TEST_WORKERS=N sets how many (0: serially), also for a run with arguments. Each worker has its own
 # test database and Redis database (clear/settings/test.py); tests/conftest.py says how tests are spread.
-args=("$@")
 workers="${CLEAR_TEST_WORKERS:-}"
 if [ -z "$workers" ] && [ $# -eq 0 ]; then workers=2; fi
+xdist=()
 if [ -n "$workers" ] && [ "$workers" != 0 ]; then
   if "$PY" -c "import xdist" 2>/dev/null; then
-    args=(-n "$workers" ${args[@]+"${args[@]}"})
+    xdist=(-n "$workers")
   else
     echo "(pytest-xdist is not installed: running the tests serially)"
   fi
 fi
-exec "$PY" -m pytest ${args[@]+"${args[@]}"}
+
+# With arguments: one run on the database CLEAR_TEST_DATABASE names (postgres, the default, or sqlite).
+if [ $# -gt 0 ]; then
+  if [ "${CLEAR_TEST_DATABASE:-postgres}" = sqlite ]; then
+    export CLEAR_VAR_DIR="${CLEAR_VAR_DIR:-$(mktemp -d -t clear-test-sqlite.XXXXXX)}"
+  fi
+  exec "$PY" -m pytest ${xdist[@]+"${xdist[@]}"} "$@"
+fi
+
+# The whole suite on Postgres, then every test of the pages, the API, the CLI and ingestion again on the embedded
+# default (SQLite) in a fresh temporary var dir, as the demo runs. (tests/foundation/test_demo.py starts
+# scripts/demo.sh on both databases itself.)
+SQLITE_TESTS=(tests/frontend tests/api tests/tickets tests/foundation tests/traces tests/diagnosis/test_apis.py
+              tests/diagnosis/test_diagnose_command.py tests/evolution/test_api.py tests/evolution/test_commands.py
+              --deselect tests/foundation/test_demo.py)
+status=0
+echo "==> the whole suite on Postgres"
+CLEAR_TEST_DATABASE=postgres "$PY" -m pytest ${xdist[@]+"${xdist[@]}"} || status=$?
+sqlite_var="$(mktemp -d -t clear-test-sqlite.XXXXXX)"
+echo "==> pages, API, CLI and ingestion on SQLite (var dir $sqlite_var)"
+CLEAR_TEST_DATABASE=sqlite CLEAR_VAR_DIR="$sqlite_var" "$PY" -m pytest ${xdist[@]+"${xdist[@]}"} "${SQLITE_TESTS[@]}" \
+  || status=$?
+rm -rf "$sqlite_var"
+exit "$status"

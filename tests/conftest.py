@@ -16,6 +16,11 @@ from tests.support.worker import CeleryWorkerProcess, purge_broker, use_broker  
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
+# scripts/test.sh runs the suite on Postgres, then the page, API, CLI and ingestion tests again on SQLite
+# (CLEAR_TEST_DATABASE=sqlite); a test of a Postgres-only fast path (COPY, advisory locks) is marked with this.
+postgres_only = pytest.mark.skipif(settings.DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql",
+                                   reason="tests a Postgres-only fast path; the portable path is tested beside it")
+
 # Under pytest-xdist (scripts/test.sh runs the whole suite on 2 workers) each test is scheduled on its own, as with
 # --dist load, except that the tests of these modules go to one worker together: their module-scoped fixture is
 # expensive (the demo: migrations, a worker and gunicorn, ~20 s up and more down) and would be built on both.

@@ -94,6 +94,9 @@ TEMPLATES = [
     },
 ]
 
+# A worker and the web process write to SQLite concurrently: wait for the lock instead of failing, take the write
+# lock at BEGIN (no deadlock between two readers upgrading), and let readers go on while one writes (WAL).
+SQLITE_OPTIONS = {"timeout": 30, "transaction_mode": "IMMEDIATE", "init_command": "PRAGMA journal_mode=WAL;"}
 DATABASE_URL = env_str("DATABASE_URL")
 if DATABASE_URL:
     DATABASES = {
@@ -106,15 +109,12 @@ if DATABASE_URL:
         # traces' spans) then spend ~150 ms compiling to save a few (benchmarks/ui/README.md).
         options = DATABASES["default"].setdefault("OPTIONS", {})
         options["options"] = (options.get("options", "") + " -c jit=off").strip()
+    elif DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+        DATABASES["default"]["OPTIONS"] = {**SQLITE_OPTIONS, **DATABASES["default"].get("OPTIONS", {})}
 else:
     VAR_DIR.mkdir(parents=True, exist_ok=True)
     DATABASES = {
-        "default": {
-            "ENGINE": "django.db.backends.sqlite3",
-            "NAME": VAR_DIR / "clear.sqlite3",
-            # A worker and the web process write concurrently; wait for the lock instead of failing.
-            "OPTIONS": {"timeout": 30, "transaction_mode": "IMMEDIATE", "init_command": "PRAGMA journal_mode=WAL;"},
-        }
+        "default": {"ENGINE": "django.db.backends.sqlite3", "NAME": VAR_DIR / "clear.sqlite3", "OPTIONS": SQLITE_OPTIONS}
     }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

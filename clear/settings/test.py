@@ -1,9 +1,17 @@
-"""Unit-test settings: real Postgres by default; eager Celery only here, and only for unit tests."""
+"""Unit-test settings: real Postgres by default, the embedded SQLite with CLEAR_TEST_DATABASE=sqlite (under
+CLEAR_VAR_DIR, which scripts/test.sh makes a fresh temporary directory); eager Celery only here, and only for unit
+tests."""
 
 import os
 
 os.environ.setdefault("SECRET_KEY", "test-secret-key-not-for-production-" + "x" * 20)
-os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/clear")
+TEST_DATABASE = os.environ.get("CLEAR_TEST_DATABASE", "postgres")
+if TEST_DATABASE not in ("postgres", "sqlite"):
+    raise RuntimeError(f"CLEAR_TEST_DATABASE={TEST_DATABASE!r}: use 'postgres' (the default) or 'sqlite'")
+if TEST_DATABASE == "sqlite":
+    os.environ.pop("DATABASE_URL", None)  # the embedded default: var/clear.sqlite3 (CLEAR_VAR_DIR)
+else:
+    os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/clear")
 
 from clear.settings.base import *  # noqa: E402,F401,F403
 
@@ -34,7 +42,10 @@ CELERY_TEST_VISIBILITY_TIMEOUT = 5
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_TEST_VISIBILITY_TIMEOUT}
 
 # Several test runs may share this Postgres (parallel checkouts, CI beside a developer): one database each.
-DATABASES["default"].setdefault("TEST", {})["NAME"] = f"test_clear_{os.getpid()}"  # noqa: F405
+# SQLite: a file (not the in-memory default), so that the live server's threads and the Celery worker process see
+# the same database.
+DATABASES["default"].setdefault("TEST", {})["NAME"] = (  # noqa: F405
+    f"test_clear_{os.getpid()}" if TEST_DATABASE == "postgres" else str(VAR_DIR / f"test_clear_{os.getpid()}.sqlite3"))  # noqa: F405
 # Live-server request threads would otherwise keep connections open and block dropping the test database.
 DATABASES["default"]["CONN_MAX_AGE"] = 0  # noqa: F405
 CLEAR_OUTBOX_DISPATCH_INTERVAL = 0.0  # every request dispatches: tests observe it deterministically

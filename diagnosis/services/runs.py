@@ -14,10 +14,11 @@ import logging
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Exists, F, OuterRef
 from django.utils import timezone
 
+from clear.db import on_postgres
 from clear.projects.models import Project
 from clear.webhooks.events import diagnosis_run_finished as diagnosis_run_finished_emit
 from diagnosis import conf
@@ -95,7 +96,7 @@ def _select_traces(*, project: Project, release: str, since: datetime | None, un
         traces = traces.filter(Exists(Span.objects.filter(trace=OuterRef("pk"), node=node)))
     if trace_ids:
         traces = traces.filter(trace_id__in=trace_ids)
-    if tags and connection.vendor == "postgresql":
+    if tags and on_postgres():
         traces = traces.filter(tags__contains=tags)
     selected = []
     for pk, trace_id, trace_tags in traces.order_by("start_time", "pk").values_list("pk", "trace_id", "tags"):

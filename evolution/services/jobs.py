@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
+from clear.db import on_postgres
 from clear.errors import ConflictError, NotFoundError
 from evolution.config import job_policy_build, target_config_validate
 from evolution.errors import EvolutionError
@@ -123,7 +124,7 @@ def evolution_job_start(*, project, target: EvolutionTarget, insight, backend_na
     actor = f"user:{created_by.pk}" if created_by else "system"
     try:
         with transaction.atomic():
-            if connection.vendor == "postgresql":  # serialises concurrent starts on one target (§7.2)
+            if on_postgres(connection):  # serialises concurrent starts on one target (§7.2)
                 with connection.cursor() as cursor:
                     cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [7310, target.pk])
             _target_idle_check(target=target)

@@ -7,6 +7,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 from django.conf import settings
@@ -35,11 +36,15 @@ def _embedded_env(var_dir: Path) -> dict:
     return env
 
 
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory):
-    var_dir = tmp_path_factory.mktemp("demo-var")
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def demo(request, tmp_path_factory):
+    """scripts/demo.sh on a fresh var dir: on the embedded default (SQLite), and with DATABASE_URL naming a new,
+    empty Postgres database (dropped afterwards)."""
+    var_dir = tmp_path_factory.mktemp(f"demo-var-{request.param}")
     port = free_port()
     env = _embedded_env(var_dir)
+    if request.param == "postgres":
+        env["DATABASE_URL"] = _postgres_database_create(request)
     process = subprocess.Popen(
         ["bash", "scripts/demo.sh", "--no-install", "--port", str(port)],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
@@ -77,6 +82,23 @@ def demo(tmp_path_factory):
     assert not hung, "scripts/demo.sh did not stop within 30 s of SIGTERM"
 
 
+def _postgres_database_create(request) -> str:
+    """A new database on the test Postgres server, dropped when the module's tests are done."""
+    import psycopg
+
+    server = os.environ.get("CLEAR_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432")
+    name = f"clear_demo_{os.getpid()}"
+
+    def admin(sql: str) -> None:
+        with psycopg.connect(f"{server}/postgres", autocommit=True) as connection:
+            connection.execute(sql)
+
+    admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    admin(f'CREATE DATABASE "{name}"')
+    request.addfinalizer(lambda: admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    return f"{server}/{name}"
+
+
 def _kill_sessions(sessions: set[int]) -> None:
     for session in sessions:
         try:
@@ -102,7 +124,8 @@ def _demo_sessions(pid: int) -> set[int]:
 def test_demo_prints_login_and_keys(demo):
     assert "secret_key: sk-clear-" in demo.output
     assert "public_key: pk-clear-" in demo.output
-    assert (demo.var_dir / "clear.sqlite3").exists(), "the embedded default keeps its database under var/"
+    on_sqlite = "DATABASE_URL" not in demo.env
+    assert (demo.var_dir / "clear.sqlite3").exists() == on_sqlite, "the embedded default keeps its database in var/"
 
 
 def test_browser_logs_in_and_sees_the_demo_project(demo, page):
@@ -150,3 +173,77 @@ def test_demo_registers_the_example_agent_as_an_evolution_target(demo):
     )
     assert listed.returncode == 0, listed.stderr
     assert [line.split("\t")[1:] for line in listed.stdout.splitlines()] == [["support_desk", str(repo)]]
+
+
+# ---- every page a user can reach from the navigation ---------------------------------------------------------
+
+_ID = re.compile(r"/(\d+|[0-9a-f]{16,32}|[0-9a-f]{8}-[0-9a-f-]{27})(?=/|$)")
+_SKIP = re.compile(r"/logout/|/export/|/admin/|\.json$|/artifacts/")
+
+
+def _pattern(url: str) -> str:
+    """One page per kind: ids in the path and values in the query do not make a new kind."""
+    parts = urlsplit(url)
+    query = "&".join(sorted({pair.split("=", 1)[0] for pair in parts.query.split("&") if pair}))
+    return _ID.sub("/<id>", parts.path) + ("?" + query if query else "")
+
+
+def _links(page, origin: str) -> list[str]:
+    hrefs = page.eval_on_selector_all("a[href]:not([download])", "links => links.map(a => a.href)")
+    return [href.split("#", 1)[0] for href in hrefs
+            if href.startswith(origin + "/") and not _SKIP.search(urlsplit(href).path)]
+
+
+def _evolve(page, demo) -> None:
+    """Start the README's evolution job from the mediator's insight, so the walk reaches a job page too."""
+    slug = json.loads((demo.var_dir / "demo-credentials.json").read_text())["slug"]
+    page.goto(f"{demo.url}/p/{slug}/insights/?level=node&node=mediator")
+    page.click("[data-testid=insight-table] tbody tr >> nth=0 >> [data-testid=insight-link]")
+    page.click("[data-testid=evolve]")
+    page.wait_for_selector("[data-testid=evolve-form]")
+    page.select_option("#id_backend", "scripted")
+    page.check("input[name=fixture][value$='mediator_race_fix.json']")
+    page.select_option("#id_mode", "hot_swap")
+    page.click("[data-testid=evolve-submit]")
+    page.wait_for_url(re.compile(r"/evolution/jobs/\d+/"))
+
+
+def test_walk_every_link_from_the_navigation(demo, page):
+    """Logged in, every link reachable from the navigation (one page of each kind: one trace, insight, ticket, run,
+    job, every settings page) answers below 400 with no console error, no script error and no failed request."""
+    problems: list[str] = []
+    page.on("console", lambda msg: msg.type == "error" and problems.append(f"console: {msg.text} on {page.url}"))
+    page.on("pageerror", lambda exc: problems.append(f"script error: {exc} on {page.url}"))
+    page.on("response", lambda r: r.status >= 400 and problems.append(f"{r.status} {r.request.method} {r.url}"))
+    page.goto(demo.url + "/login/")
+    page.fill("#id_username", demo.login)
+    page.fill("#id_password", demo.password)
+    page.click("button[type=submit]")
+    page.wait_for_selector("nav[aria-label=Project]")
+    _evolve(page, demo)
+    page.goto(demo.url + "/")
+    nav = page.eval_on_selector_all("nav[aria-label=Project] a", "links => links.map(a => a.href)")
+    assert len(nav) >= 9, nav
+    queue, seen, visited = list(nav), {_pattern(u) for u in nav}, []
+    while queue:
+        url = queue.pop(0)
+        response = page.goto(url)
+        page.wait_for_load_state("load")
+        visited.append(url)
+        assert response is not None
+        if response.status >= 400:
+            problems.append(f"{response.status} {url}")
+            continue
+        if url in nav:
+            name = _pattern(url).rstrip("/").rsplit("/", 1)[-1] or "overview"
+            screenshot(page, f"walk-{'postgres' if 'DATABASE_URL' in demo.env else 'sqlite'}-{name}")
+        for link in _links(page, demo.url):
+            if _pattern(link) not in seen:
+                seen.add(_pattern(link))
+                queue.append(link)
+        assert len(visited) < 250, "the walk does not end: " + "\n".join(visited[-20:])
+    kinds = {_pattern(u) for u in visited}
+    for must in ("/traces/<id>/", "/insights/<id>/", "/runs/<id>/", "/evolution/jobs/<id>/", "/settings/rubrics/",
+                 "/settings/judge/", "/settings/issue-tracker/", "/settings/api-keys/", "/tickets/"):
+        assert any(must in kind for kind in kinds), (must, sorted(kinds))
+    assert not problems, "\n".join(problems)

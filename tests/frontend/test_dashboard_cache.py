@@ -60,7 +60,7 @@ def test_pages_reuse_their_aggregates_until_the_judged_data_changes(cache_on, se
         assert again_html.count("<tr") == first_html.count("<tr")
     _, first = _get(client, f"{base}/")
     _, again = _get(client, f"{base}/")
-    assert any("DATE_TRUNC" in q for q in first) and not any("DATE_TRUNC" in q for q in again)
+    assert any("TRUNC" in q.upper() for q in first) and not any("TRUNC" in q.upper() for q in again)
 
     # A verdict marked wrong changes the pass rates: the very next view recomputes them.
     before_html, _ = _get(client, f"{base}/nodes/")

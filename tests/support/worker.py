@@ -1,4 +1,4 @@
-"""A real Celery worker process on the test Redis database and the test Postgres database."""
+"""A real Celery worker process on the test Redis database and the test database (Postgres or SQLite)."""
 
 import os
 import signal
@@ -17,11 +17,14 @@ from clear.celery import app as celery_app
 def subprocess_env_for_test_db(**extra: str) -> dict[str, str]:
     """The environment of a subprocess that must use this test run's database (and settings module)."""
     db = connection.settings_dict
+    if connection.vendor == "sqlite":
+        database_url = f"sqlite:///{db['NAME']}"
+    else:
+        database_url = f"postgres://{db['USER'] or 'postgres'}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
     env = dict(os.environ)
     env.update(
         DJANGO_SETTINGS_MODULE="clear.settings.base",
-        DATABASE_URL=f"postgres://{db['USER'] or 'postgres'}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/"
-        f"{db['NAME']}",
+        DATABASE_URL=database_url,
         SECRET_KEY=settings.SECRET_KEY,
         PYTHONUNBUFFERED="1",
         **extra,

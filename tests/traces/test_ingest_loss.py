@@ -209,6 +209,7 @@ def test_no_span_is_lost_or_duplicated_when_the_server_is_killed_mid_ingest(issu
     assert Trace.objects.filter(project=project).count() == BATCHES * SPANS_PER_BATCH // SPANS_PER_TRACE
 
 
+@postgres_only
 @pytest.mark.django_db(transaction=True)
 def test_a_span_committed_by_a_concurrent_request_during_the_copy_is_skipped_not_duplicated(project, monkeypatch):
     """The write path filters out spans it sees stored, but a concurrent transaction can commit one of them

@@ -39,6 +39,7 @@ import orjson
 from django.db import DatabaseError, IntegrityError, connections, models, router, transaction
 from django.utils import timezone
 
+from clear.db import on_postgres
 from traces.models import Span
 
 logger = logging.getLogger(__name__)
@@ -263,19 +264,13 @@ def _bulk_create(alias: str, rows: list[SpanRow | Span]) -> list[Span]:
     return Span.objects.using(alias).bulk_create(spans, ignore_conflicts=True, batch_size=BATCH_SIZE)
 
 
-def _psycopg3() -> bool:
-    from django.db.backends.postgresql.psycopg_any import is_psycopg3
-
-    return is_psycopg3
-
-
 def spans_insert(rows: list[SpanRow | Span]) -> list[SpanRow | Span]:
     """Insert spans (SpanRows or unsaved Span instances), leaving any (trace, span id) already stored as it is."""
     if not rows:
         return []
     alias = router.db_for_write(Span)
     connection = connections[alias]
-    if connection.vendor != "postgresql" or not _psycopg3():
+    if not on_postgres(connection):
         return Span.objects.using(alias).bulk_create(_as_spans(rows), ignore_conflicts=True, batch_size=BATCH_SIZE)
     now = timezone.now()
     try:

@@ -14,8 +14,9 @@ from django.db.models import F
 from django.utils import timezone
 
 from clear.celery import app as celery_app
+from clear.db import on_postgres
 from traces.models import OutboxItem
-from traces.services.trace_rows import insert_select_parts, postgres, raw_cursor
+from traces.services.trace_rows import insert_select_parts, raw_cursor
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +46,7 @@ def outbox_enqueue(*, topic: str, keys: list[str], delay: timedelta = FINALIZE_D
         return
     now = timezone.now()
     connection = connections[router.db_for_write(OutboxItem)]
-    if postgres(connection):
+    if on_postgres(connection):
         # One statement with server-side parameters: the ORM's bulk_create cost ~7% of an ingestion request.
         quote = connection.ops.quote_name
         columns, select, params = insert_select_parts(connection, OutboxItem, {

@@ -21,6 +21,7 @@ from django.db import connections, models, router
 from django.db.models import Q
 from django.utils import timezone
 
+from clear.db import on_postgres
 from clear.projects.models import Project
 from traces.models import Span, Trace
 
@@ -32,14 +33,6 @@ _CONTEXT_TYPES = {
     "environment": "text", "session_id": "text", "user_id": "text", "outcome": "text", "outcome_source": "text",
     "score": "float8",
 }
-
-
-def postgres(connection) -> bool:
-    if connection.vendor != "postgresql":
-        return False
-    from django.db.backends.postgresql.psycopg_any import is_psycopg3
-
-    return is_psycopg3
 
 
 def raw_cursor(connection):
@@ -80,7 +73,7 @@ def traces_upsert(*, project: Project, trace_ids: Iterable[str]) -> tuple[dict[s
         return {}, set()
     alias = router.db_for_write(Trace)
     connection = connections[alias]
-    if not postgres(connection):
+    if not on_postgres(connection):
         Trace.objects.bulk_create(
             [Trace(project=project, trace_id=t, first_received_at=now, last_received_at=now) for t in wanted],
             ignore_conflicts=True,
@@ -126,7 +119,7 @@ def stored_spans_find(*, keys: Iterable[tuple[int, str]]) -> dict[tuple[int, str
     if not keys:
         return {}
     connection = connections[router.db_for_read(Span)]
-    if not postgres(connection):
+    if not on_postgres(connection):
         by_trace: dict[int, set[str]] = {}
         for trace_pk, span_id in keys:
             by_trace.setdefault(trace_pk, set()).add(span_id)
@@ -155,7 +148,7 @@ def traces_context_save(*, traces: list[tuple[Trace, list[str]]]) -> None:
         return
     alias = router.db_for_write(Trace)
     connection = connections[alias]
-    if not postgres(connection) or any(set(changed) - _CONTEXT_TYPES.keys() for _, changed in traces):
+    if not on_postgres(connection) or any(set(changed) - _CONTEXT_TYPES.keys() for _, changed in traces):
         for trace, changed in traces:
             trace.save(update_fields=sorted(set(changed)))
         return

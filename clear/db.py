@@ -1,0 +1,44 @@
+"""The one place that decides between Postgres-only SQL and the portable path.
+
+Clear runs on Postgres (psycopg 3) and on the embedded default, SQLite. Code that has a faster Postgres form (COPY,
+array parameters, loose index scans, materialised CTEs) writes the portable form as the function and names the
+Postgres form with `postgres_fast_path`; nothing else in the code base looks at the database vendor.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
+
+from django.db import connections
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def on_postgres(connection: BaseDatabaseWrapper | None = None) -> bool:
+    """True on Postgres through psycopg 3 (the fast paths bind arrays and use COPY as psycopg 3 does)."""
+    connection = connection or connections["default"]
+    if connection.vendor != "postgresql":
+        return False
+    from django.db.backends.postgresql.psycopg_any import is_psycopg3
+
+    return is_psycopg3
+
+
+def postgres_fast_path(fast: Callable[P, R]) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """Decorates the portable implementation; on Postgres `fast`, which takes the same arguments, runs instead.
+    Both must return the same thing for the same data (tests run each on its database)."""
+
+    def decorate(portable: Callable[P, R]) -> Callable[P, R]:
+        @functools.wraps(portable)
+        def dispatch(*args: P.args, **kwargs: P.kwargs) -> R:
+            return (fast if on_postgres() else portable)(*args, **kwargs)
+
+        dispatch.portable = portable  # type: ignore[attr-defined]
+        dispatch.postgres = fast  # type: ignore[attr-defined]
+        return dispatch
+
+    return decorate
