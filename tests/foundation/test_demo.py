@@ -189,7 +189,8 @@ def _pattern(url: str) -> str:
 
 
 def _links(page, origin: str) -> list[str]:
-    hrefs = page.eval_on_selector_all("a[href]:not([download])", "links => links.map(a => a.href)")
+    hrefs = page.eval_on_selector_all(  # SVG links (the workflow graph) have no string .href
+        "a[href]:not([download])", "links => links.map(a => new URL(a.getAttribute('href'), location.href).href)")
     return [href.split("#", 1)[0] for href in hrefs
             if href.startswith(origin + "/") and not _SKIP.search(urlsplit(href).path)]
 
@@ -247,3 +248,52 @@ def test_walk_every_link_from_the_navigation(demo, page):
                  "/settings/judge/", "/settings/issue-tracker/", "/settings/api-keys/", "/tickets/"):
         assert any(must in kind for kind in kinds), (must, sorted(kinds))
     assert not problems, "\n".join(problems)
+
+
+# ---- the README's walk-through says what the pages show --------------------------------------------------------
+
+_README = (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def _readme_demo_insights() -> list[tuple[str, str]]:
+    """(node, title) for each node of the README's list of the planted bugs' insights."""
+    block = _README.split("<!-- demo-insights", 1)[1].split("<!-- /demo-insights -->", 1)[0]
+    pairs = []
+    for chunk in re.split(r"at\s+node\s+`", block)[1:]:
+        node, rest = chunk.split("`", 1)
+        rest = re.split(r"at\s+node\s+`", rest)[0]
+        pairs += [(node, " ".join(title.split())) for title in re.findall(r'"([^"]+)"', rest)]
+    return pairs
+
+
+def test_readme_names_the_insights_the_demo_shows(demo, page):
+    pairs = _readme_demo_insights()
+    assert {node for node, _ in pairs} >= {"mediator", "billing_worker", "planner"}, pairs
+    slug = json.loads((demo.var_dir / "demo-credentials.json").read_text())["slug"]
+    page.goto(demo.url + "/login/")
+    page.fill("#id_username", demo.login)
+    page.fill("#id_password", demo.password)
+    page.click("button[type=submit]")
+    page.wait_for_selector("[data-testid=top-insights]")
+    overview = " ".join(page.inner_text("[data-testid=top-insights]").split())
+    for node, title in pairs:
+        page.goto(f"{demo.url}/p/{slug}/insights/?level=node&node={node}")
+        titles = [" ".join(t.split()) for t in page.locator("[data-testid=insight-link]").all_inner_texts()]
+        assert title in titles, (node, title, titles)
+    # Each planted bug is reachable from the overview: one of its titles is in Top insights.
+    for node in ("mediator", "billing_worker", "planner"):
+        assert any(title in overview for n, title in pairs if n == node), (node, overview)
+
+
+def test_readme_evolve_walk_through_uses_the_names_the_pages_use():
+    from evolution.models import JobState
+    from frontend.views_evolution import MODE_LABELS, support_desk_fixtures
+
+    text = " ".join(_README.split("**Evolve in the demo.**", 1)[1].split("\n\n", 1)[0].split())
+    states = set(re.findall(r"\b[A-Z][A-Z_]{3,}\b", text)) - {"CLEAR_INSIGHT_FIXED_BELOW"}
+    assert states and states - {"PROMOTE_ELIGIBLE"} <= set(JobState.values), states
+    assert "PROMOTE_ELIGIBLE" in (ROOT / "frontend/templates/frontend/_evolution_verdict.html").read_text()
+    assert any(f'"{label}"' in text for _, label in support_desk_fixtures()), text
+    assert f'"{MODE_LABELS["hot_swap"].split(" (")[0]}"' in text
+    job_page = (ROOT / "frontend/templates/frontend/evolution_job.html").read_text()
+    assert "**Approve and hot-swap**" in text and "Approve and {% if mode == \"hot_swap\" %}hot-swap" in job_page
