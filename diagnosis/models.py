@@ -328,6 +328,15 @@ class Insight(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
+    @property
+    def failure_association(self) -> str:
+        """"associated": traces with the pattern fail more often than traces without it (the lift interval lies
+        above 1); "not_associated": the interval includes 1 or lies below it, so it shows in successes alike;
+        "unknown": no judged trace had a recorded outcome, so there is no lift."""
+        if self.lift is None or self.lift_low is None:
+            return "unknown"
+        return "associated" if self.lift_low > 1 else "not_associated"
+
     class Meta:
         ordering = ["-last_seen", "-frequency", "pk"]
         constraints = [

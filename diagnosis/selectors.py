@@ -120,7 +120,17 @@ def insight_list(*, project: Project, level: str | None = None, node: str | None
         insights = insights.filter(occurrences__run=run)
     if release is not None:
         insights = insights.filter(occurrences__releases__has_key=release)
-    return insights.distinct().order_by("is_other", "-last_seen", "-frequency", "-count", "pk")
+    return insights.distinct().annotate(not_associated=not_associated_with_failure()).order_by(
+        "is_other", "not_associated", "-last_seen", "-frequency", "-count", "pk")
+
+
+def not_associated_with_failure():
+    """1 for an insight whose lift interval includes 1 (it shows in succeeding traces as often as in failing ones):
+    listed after those associated with failure, or whose association is unknown (no outcomes)."""
+    from django.db.models import Case, IntegerField, Value, When
+
+    return Case(When(lift_low__isnull=False, lift_low__lte=1, then=Value(1)), default=Value(0),
+                output_field=IntegerField())
 
 
 def insight_get(*, project: Project, insight_id) -> "Insight":  # noqa: F821

@@ -236,10 +236,12 @@ def latest_run(*, project: Project) -> DiagnosisRun | None:
 
 
 def by_rank(insights: QuerySet) -> QuerySet:
-    """Insights with `rank`: the frequency, with "other" buckets (statements that fit no pattern) after every
-    pattern (frequency is at most 1), so one keyset field orders the list."""
-    return insights.annotate(rank=Case(When(is_other=True, then=F("frequency") - 2), default=F("frequency"),
-                                       output_field=FloatField()))
+    """Insights with `rank`: the frequency, with patterns not associated with failure (lift interval including 1)
+    after those associated or of unknown association, and "other" buckets (statements that fit no pattern) last
+    (frequency is at most 1, so the offsets keep the groups apart), so one keyset field orders the list."""
+    return insights.annotate(rank=Case(When(is_other=True, then=F("frequency") - 4),
+                                       When(lift_low__isnull=False, lift_low__lte=1, then=F("frequency") - 2),
+                                       default=F("frequency"), output_field=FloatField()))
 
 
 def insight_counts_by_node(*, project: Project) -> dict[str, int]:

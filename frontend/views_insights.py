@@ -51,10 +51,10 @@ def _insight_for(project: Project, insight_id) -> Insight:
 
 
 def top_insights(*, project: Project) -> list[Insight]:
-    """The overview card: open insights of both levels, most frequent first, so that a problem seen at one node
-    only shows too; a node insight is left out when a listed system insight contains it under the same title."""
+    """The overview card: open insights of both levels, those associated with failure (or of unknown association)
+    first, then by frequency, so that a problem seen at one node only shows too; a node insight is left out when a listed system insight contains it under the same title."""
     candidates = list(insight_list(project=project, status=Insight.Status.OPEN, include_other=False)
-                      .order_by("-frequency", "-count", "pk")[:TOP_INSIGHTS * 3])
+                      .order_by("not_associated", "-frequency", "-count", "pk")[:TOP_INSIGHTS * 3])
     systems = {i.pk: i.title for i in candidates if i.level == Insight.Level.SYSTEM}
     repeated = {(node_pk, systems[system_pk])
                 for system_pk, node_pk in insight_link_pairs(project=project, system_pks=list(systems))}

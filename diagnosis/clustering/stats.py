@@ -5,7 +5,8 @@ three statements in a cluster counts once.
 
 * frequency = traces with the issue / judged traces, with a Wilson score interval.
 * lift = failure rate of judged traces with the issue / failure rate of judged traces without it (a risk
-  ratio). Interval: Katz's log method, exp(ln RR +- z sqrt(1/a - 1/n1 + 1/c - 1/n2)); when a cell is 0, 0.5 is
+  ratio), over the traces whose outcome is known only (TraceInfo.failed is None when it is not): a failing verdict
+  is not an outcome, or every issue would look associated with failure. lift is None when no outcome is known. Interval: Katz's log method, exp(ln RR +- z sqrt(1/a - 1/n1 + 1/c - 1/n2)); when a cell is 0, 0.5 is
   added to a, c and the non-failures (Haldane-Anscombe) so the interval stays finite. lift is None when one
   side has no traces.
 * risk difference = the same two failure rates subtracted, with Newcombe's hybrid score interval (method 10
@@ -32,9 +33,9 @@ Interval = tuple[float, float]
 
 @dataclass(frozen=True, slots=True)
 class TraceInfo:
-    """A judged trace: did it fail, and in which release."""
+    """A judged trace: did it fail (None: its outcome is unknown), and in which release."""
 
-    failed: bool
+    failed: bool | None
     release: str = ""
 
 
@@ -143,15 +144,16 @@ def issue_stats(
     than the judged `traces` are ignored); traces: every judged trace id -> TraceInfo."""
     hit = {t for t in issue_trace_ids if t in traces}
     judged = len(traces)
-    n1 = len(hit)
-    a = sum(1 for t in hit if traces[t].failed)
-    n2 = judged - n1
-    c = sum(1 for t, info in traces.items() if info.failed and t not in hit)
+    known = {t for t, info in traces.items() if info.failed is not None}
+    n1 = len(hit & known)
+    a = sum(1 for t in hit & known if traces[t].failed)
+    n2 = len(known) - n1
+    c = sum(1 for t in known - hit if traces[t].failed)
     lift, lift_ci = risk_ratio(a, n1, c, n2, confidence)
     diff, diff_ci = newcombe_difference(a, n1, c, n2, confidence)
     return IssueStats(
-        count=n1, judged=judged, frequency=(n1 / judged) if judged else 0.0,
-        frequency_ci=wilson_interval(n1, judged, confidence),
+        count=len(hit), judged=judged, frequency=(len(hit) / judged) if judged else 0.0,
+        frequency_ci=wilson_interval(len(hit), judged, confidence),
         failure_rate_with=(a / n1) if n1 else None, failure_rate_without=(c / n2) if n2 else None,
         lift=lift, lift_ci=lift_ci, risk_difference=diff, risk_difference_ci=diff_ci,
         trend=trend_by_release(hit, traces, release_order),

@@ -13,15 +13,14 @@ from diagnosis.models import DiagnosisRun, Feedback, Insight, InsightLink, Insig
 
 
 def judged_traces(run: DiagnosisRun) -> dict:
-    """str(trace pk) -> TraceInfo(failed, release) for every trace the run judged. A trace fails when its recorded
-    outcome says so; without an outcome, when some judge of this run gave it a failing verdict."""
+    """str(trace pk) -> TraceInfo(failed, release) for every trace the run judged. `failed` is the recorded outcome,
+    None when there is none: a judge's failing verdict is what an insight is made of, so counting it as a failure
+    would make every insight look associated with failure."""
     from diagnosis.clustering import TraceInfo
 
-    failing = set(Feedback.objects.filter(run=run, verdict=Feedback.Verdict.FAIL).values_list("trace_id", flat=True)
-                  .distinct())
     rows = RunTrace.objects.filter(run=run, status=RunTrace.Status.DONE).values_list(
         "trace_id", "trace__release", "trace__outcome")
-    return {str(pk): TraceInfo(failed=(outcome == "failure") if outcome else pk in failing, release=release or "")
+    return {str(pk): TraceInfo(failed=(outcome == "failure") if outcome else None, release=release or "")
             for pk, release, outcome in rows}
 
 
