@@ -30,7 +30,8 @@ if __package__ in (None, ""):
 import numpy as np
 
 from benchmarks.clustering.templates import CATEGORIES, generate
-from diagnosis.clustering.cluster import ClusterParams, cluster_per_node_and_system
+from diagnosis.clustering.cluster import ClusterParams
+from diagnosis.clustering.levels import cluster_per_node_and_system
 from diagnosis.clustering.embeddings import Embedder
 from diagnosis.clustering.naming import name_clusters
 from diagnosis.clustering.pipeline import embed_statements

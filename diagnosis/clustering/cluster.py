@@ -19,7 +19,7 @@ Memory is O(n d) for the vectors plus O(m^2) for m <= 2 * max(direct_max, micro_
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -28,10 +28,7 @@ from .dedup import NEAR_DUPLICATE_THRESHOLD, Dedup, deduplicate
 from .linkage import average_linkage_cut, micro_clusters
 from .statements import Statement
 
-__all__ = [
-    "Cluster", "ClusterParams", "ClusteringResult", "MultiLevelClustering", "NodeLink",
-    "cluster_statements", "cluster_per_node_and_system", "SYSTEM_LEVEL", "NODE_LEVEL",
-]
+__all__ = ["Cluster", "ClusterParams", "ClusteringResult", "cluster_statements", "SYSTEM_LEVEL", "NODE_LEVEL"]
 
 SYSTEM_LEVEL = "system"
 NODE_LEVEL = "node"
@@ -312,75 +309,3 @@ def _split_by_label(labels: np.ndarray, k: int) -> list[np.ndarray]:
     order = idx[np.argsort(labels[idx], kind="stable")]
     bounds = np.searchsorted(labels[order], np.arange(k + 1))
     return [order[bounds[c]:bounds[c + 1]] for c in range(k)]
-
-
-@dataclass(frozen=True, slots=True)
-class NodeLink:
-    """A node cluster contained in a system cluster: `shared` statements are in both, which is `share` of
-    the node cluster's statements."""
-
-    node: str
-    node_cluster_id: str
-    shared: int
-    share: float
-
-
-@dataclass(slots=True)
-class MultiLevelClustering:
-    """Node-level results per node, the system-level result, and system cluster id -> contained node
-    clusters. Unpacks as `node_clusters, system_clusters, links = cluster_per_node_and_system(...)`."""
-
-    node_results: dict[str, ClusteringResult]
-    system_result: ClusteringResult
-    links: dict[str, list[NodeLink]]
-
-    @property
-    def node_clusters(self) -> dict[str, list[Cluster]]:
-        return {node: r.clusters for node, r in self.node_results.items()}
-
-    @property
-    def system_clusters(self) -> list[Cluster]:
-        return self.system_result.clusters
-
-    def __iter__(self) -> Iterator[object]:
-        return iter((self.node_clusters, self.system_clusters, self.links))
-
-
-def cluster_per_node_and_system(
-    statements: Sequence[Statement],
-    vectors: np.ndarray,
-    *,
-    params: ClusterParams | None = None,
-    node_params: ClusterParams | None = None,
-    link_min_share: float = 0.5,
-) -> MultiLevelClustering:
-    """Node-level clusters for each non-empty node (statements with node "" are trace-level and only take
-    part at system level), system-level clusters over all statements, and links: a node cluster is linked to
-    every system cluster holding >= `link_min_share` of its statements (with the default 0.5, at most one).
-    The same vectors serve both levels; nothing is embedded twice."""
-    vectors = np.asarray(vectors, dtype=np.float32)
-    by_node: dict[str, list[int]] = {}
-    for i, s in enumerate(statements):
-        if s.node:
-            by_node.setdefault(s.node, []).append(i)
-    node_results: dict[str, ClusteringResult] = {}
-    for node in sorted(by_node):
-        rows = by_node[node]
-        node_results[node] = cluster_statements(
-            [statements[i] for i in rows], vectors[rows], params=node_params or params, level=NODE_LEVEL,
-            node=node,
-        )
-    system = cluster_statements(statements, vectors, params=params, level=SYSTEM_LEVEL)
-    links: dict[str, list[NodeLink]] = {c.id: [] for c in system.clusters}
-    for node, result in node_results.items():
-        for nc in result.clusters:
-            hits = Counter(system.assignment.get(sid) for sid in nc.member_ids)
-            for sys_id, shared in hits.most_common():
-                if sys_id is None:
-                    continue
-                share = shared / nc.size
-                if share >= link_min_share:
-                    links[sys_id].append(NodeLink(node=node, node_cluster_id=nc.id, shared=shared, share=share))
-    for v in links.values():
-        v.sort(key=lambda link: (-link.shared, link.node_cluster_id))
-    return MultiLevelClustering(node_results=node_results, system_result=system, links=links)

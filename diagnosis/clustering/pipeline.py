@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .cluster import ClusterParams, MultiLevelClustering, cluster_per_node_and_system
+from .cluster import ClusterParams
+from .levels import MultiLevelClustering, cluster_per_node_and_system
 from .dedup import exact_groups
 from .embeddings import Embedder
 from .identity import fingerprint

@@ -1,0 +1,152 @@
+"""System-level clusters as problems: one problem, one system cluster, never two problems in one.
+
+Clustering every statement of a run at once (`cluster_statements` over the whole system) groups statements that
+share words, not causes: rule and rubric statements are templates ("X called 5 times with identical arguments",
+"X is called although it never should be"), so a system cluster could hold a mediator bug and a routing bug at
+once. Node-level clusters separate them (each node's statements are clustered apart). So the raw system clusters
+are only candidates, refined here:
+
+1. Each candidate's statements are split into units by where the node level put them: one unit per node cluster,
+   one per node for that node's unclustered statements, one for trace-level statements (node "": trace judges,
+   whole-trace rubrics).
+2. Node-cluster units join when they make the same failing statement: their most common statements are equal once
+   instance values (ids, numbers, quoted values) and node names are taken out, or their centroids are near
+   duplicates (cosine >= `near_duplicate_threshold`, 0.95). The same failure seen at several nodes is one problem;
+   different nodes with different failing statements are different root causes and stay apart, however many words
+   the statements share ("invoice_lookup called 5 times…" at one node, "order_lookup called 5 times…" at another). Trace-level and unclustered
+   statements bring no pattern of their own: they go with the node cluster they resemble most, or, in a candidate
+   with no node cluster, together (a problem spread thinly over several nodes).
+3. A joined group is a system cluster when it says something the node level does not: it spans two or more nodes,
+   or it holds trace-level statements. A group that is one node cluster again (a twin of a node insight) is
+   dropped: that problem has its node insight, and one ticket.
+4. Groups under `min_cluster_size` statements or `min_traces` traces are dissolved. The system "other" bucket holds
+   the statements no cluster of either level explains.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+import re
+
+import numpy as np
+
+from .cluster import SYSTEM_LEVEL, Cluster, ClusteringResult, ClusterParams
+from .statements import Statement, normalize_text
+
+__all__ = ["system_by_problem"]
+
+TRACE_LEVEL = ("trace", "")
+_INSTANCE = re.compile(r"'[^']*'|\"[^\"]*\"|`[^`]*`|\b[A-Z]{1,5}-\d+\b|\b[0-9a-f]{8,}\b|\b\d+(?:\.\d+)?\b")
+
+
+def _signature(text: str, nodes: set[str]) -> str:
+    """The statement with instance values and node names taken out: what stays is the failure it states."""
+    text = _INSTANCE.sub("<v>", text)
+    for node in sorted(nodes, key=len, reverse=True):
+        text = re.sub(rf"\b{re.escape(node)}\b", "<node>", text)
+    return " ".join(text.lower().split())
+
+
+def _unit_of(statement: Statement, node_results: dict[str, ClusteringResult]) -> tuple[str, str]:
+    if not statement.node:
+        return TRACE_LEVEL
+    cluster_id = node_results[statement.node].assignment.get(statement.id)
+    return ("cluster", cluster_id) if cluster_id else ("unclustered", statement.node)
+
+
+def _unit_vector(rows: list[int], vectors: np.ndarray) -> np.ndarray:
+    mean = vectors[rows].astype(np.float64).mean(axis=0)
+    return mean / (np.linalg.norm(mean) or 1.0)
+
+
+def _join(units: list[list[int]], signatures: list[str | None], vectors: np.ndarray,
+          near_duplicate: float) -> list[list[int]]:
+    """Groups of unit indexes. Established units (node clusters, with a signature) join each other when they state
+    the same failure (equal signatures, or near-duplicate centroids); the others (trace-level, a node's unclustered
+    statements: no evidence of a cause of their own) go with the established unit they are most similar to, or
+    together when there is none."""
+    parent = list(range(len(units)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    centroids = np.stack([_unit_vector(rows, vectors) for rows in units])
+    similarity = centroids @ centroids.T
+    anchors = [i for i, sig in enumerate(signatures) if sig is not None]
+    for a, i in enumerate(anchors):
+        for j in anchors[a + 1:]:
+            if signatures[i] == signatures[j] or similarity[i, j] >= near_duplicate:
+                parent[find(j)] = find(i)
+    loose = [i for i, sig in enumerate(signatures) if sig is None]
+    for i in loose:
+        target = max(anchors, key=lambda j: similarity[i, j]) if anchors else loose[0]
+        parent[find(i)] = find(target)
+    components: dict[int, list[int]] = {}
+    for i in range(len(units)):
+        components.setdefault(find(i), []).append(i)
+    return list(components.values())
+
+
+def _cluster(cluster_id: str, rows: list[int], statements: Sequence[Statement], vectors: np.ndarray,
+             n_examples: int) -> Cluster:
+    rows = sorted(rows)
+    centroid = _unit_vector(rows, vectors).astype(np.float32)
+    sims = vectors[rows] @ centroid
+    examples: list[str] = []
+    seen: set[str] = set()
+    for j in np.lexsort((np.asarray(rows), -sims)):
+        text = normalize_text(statements[rows[j]].text)
+        if text not in seen:
+            seen.add(text)
+            examples.append(statements[rows[j]].id)
+    return Cluster(
+        id=cluster_id, level=SYSTEM_LEVEL, node="", member_ids=[statements[r].id for r in rows], centroid=centroid,
+        medoid_id=examples[0], size=len(rows), distinct_count=len(seen), cohesion=float(sims.mean()),
+        example_ids=examples[:n_examples], trace_ids=sorted({statements[r].trace_id for r in rows}),
+        nodes=dict(Counter(statements[r].node for r in rows).most_common()),
+        severities=dict(Counter(statements[r].severity for r in rows).most_common()),
+    )
+
+
+def system_by_problem(statements: Sequence[Statement], vectors: np.ndarray, *,
+                      node_results: dict[str, ClusteringResult], candidates: ClusteringResult,
+                      params: ClusterParams | None = None) -> ClusteringResult:
+    """The system-level result: `candidates` (system clusters over every statement) refined into problems (see
+    the module docstring). Same vectors and statement order as the candidates were clustered with."""
+    p = params or candidates.params
+    vectors = np.asarray(vectors, dtype=np.float32)
+    row_of = {s.id: i for i, s in enumerate(statements)}
+    all_nodes = {s.node for s in statements if s.node}
+    kept: list[list[int]] = []
+    for candidate in candidates.clusters:
+        by_unit: dict[tuple[str, str], list[int]] = {}
+        for sid in candidate.member_ids:
+            row = row_of[sid]
+            by_unit.setdefault(_unit_of(statements[row], node_results), []).append(row)
+        keys = list(by_unit)
+        signatures = [Counter(_signature(statements[r].text, all_nodes) for r in by_unit[k]).most_common(1)[0][0]
+                      if k[0] == "cluster" else None for k in keys]
+        for component in _join([by_unit[k] for k in keys], signatures, vectors, p.near_duplicate_threshold):
+            units = [keys[i] for i in component]
+            rows = [r for k in units for r in by_unit[k]]
+            nodes = {statements[r].node for r in rows if statements[r].node}
+            says_more = len(nodes) >= 2 or TRACE_LEVEL in units
+            traces = {statements[r].trace_id for r in rows}
+            if says_more and len(rows) >= p.min_cluster_size and len(traces) >= p.min_traces:
+                kept.append(rows)
+    kept.sort(key=lambda rows: (-len(rows), min(rows)))  # largest first, ties by first row: stable ids
+    clusters = [_cluster(f"system:{i}", rows, statements, vectors, p.n_examples) for i, rows in enumerate(kept)]
+    assignment: dict[str, str | None] = {s.id: None for s in statements}
+    for cluster in clusters:
+        for sid in cluster.member_ids:
+            assignment[sid] = cluster.id
+    other = [s.id for s in statements if assignment[s.id] is None
+             and not (s.node and node_results[s.node].assignment.get(s.id))]
+    return ClusteringResult(clusters=clusters, other=other, assignment=assignment,
+                            n_statements=candidates.n_statements, n_groups=candidates.n_groups,
+                            n_units=candidates.n_units, params=p)
