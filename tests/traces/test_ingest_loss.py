@@ -25,7 +25,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as OtlpSpan
 
-from tests.conftest import free_port
+from tests.conftest import free_port, postgres_only
 from tests.support.worker import ProcessGroup, subprocess_env_for_test_db
 from traces.models import Span, Trace
 
