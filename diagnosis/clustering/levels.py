@@ -4,12 +4,13 @@ each system cluster contains."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from .cluster import NODE_LEVEL, SYSTEM_LEVEL, Cluster, ClusteringResult, ClusterParams, cluster_statements
+from .cooccurrence import merge_cooccurring
 from .problems import system_by_problem
 from .statements import Statement
 
@@ -55,10 +56,13 @@ def cluster_per_node_and_system(
     params: ClusterParams | None = None,
     node_params: ClusterParams | None = None,
     link_min_share: float = 0.5,
+    started: Mapping[str, float] | None = None,
 ) -> MultiLevelClustering:
     """Node-level clusters for each non-empty node (statements with node "" are trace-level and only take
     part at system level), system-level clusters as problems (problems.py: candidates over all statements, split
-    by root cause, twins of one node cluster dropped), and links: a node cluster is linked to
+    by root cause, twins of one node cluster dropped), co-occurring patterns made one problem (cooccurrence.py;
+    `started`: statement id -> start time of the span it cites, to name a problem after its first symptom), and
+    links: a node cluster is linked to
     every system cluster holding >= `link_min_share` of its statements (with the default 0.5, at most one).
     The same vectors serve both levels; nothing is embedded twice."""
     vectors = np.asarray(vectors, dtype=np.float32)
@@ -76,6 +80,8 @@ def cluster_per_node_and_system(
     candidates = cluster_statements(statements, vectors, params=params, level=SYSTEM_LEVEL)
     system = system_by_problem(statements, vectors, node_results=node_results, candidates=candidates,
                                params=params)
+    node_results, system = merge_cooccurring(statements, vectors, node_results=node_results, system=system,
+                                             started=started, params=params)
     links: dict[str, list[NodeLink]] = {c.id: [] for c in system.clusters}
     for node, result in node_results.items():
         for nc in result.clusters:

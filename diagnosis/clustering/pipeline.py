@@ -13,10 +13,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from .cluster import ClusterParams
-from .levels import MultiLevelClustering, cluster_per_node_and_system
 from .dedup import exact_groups
 from .embeddings import Embedder
 from .identity import fingerprint
+from .levels import MultiLevelClustering, cluster_per_node_and_system
 from .naming import ClusterName, LLMNamer, name_clusters
 from .statements import Statement, canonical_text
 

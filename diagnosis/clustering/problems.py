@@ -13,9 +13,10 @@ are only candidates, refined here:
    instance values (ids, numbers, quoted values) and node names are taken out, or their centroids are near
    duplicates (cosine >= `near_duplicate_threshold`, 0.95). The same failure seen at several nodes is one problem;
    different nodes with different failing statements are different root causes and stay apart, however many words
-   the statements share ("invoice_lookup called 5 times…" at one node, "order_lookup called 5 times…" at another). Trace-level and unclustered
-   statements bring no pattern of their own: they go with the node cluster they resemble most, or, in a candidate
-   with no node cluster, together (a problem spread thinly over several nodes).
+   the statements share ("invoice_lookup called 5 times…" at one node, "order_lookup called 5 times…" at
+   another). Trace-level and unclustered statements bring no pattern of their own: they go with the node cluster
+   they resemble most when the centroids are that close (cosine >= `merge_threshold`, 0.85), else together (a
+   problem spread thinly over several nodes).
 3. A joined group is a system cluster when it says something the node level does not: it spans two or more nodes,
    or it holds trace-level statements. A group that is one node cluster again (a twin of a node insight) is
    dropped: that problem has its node insight, and one ticket.
@@ -25,15 +26,15 @@ are only candidates, refined here:
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Sequence
 
-import re
-
 import numpy as np
 
-from .cluster import SYSTEM_LEVEL, Cluster, ClusteringResult, ClusterParams
-from .statements import Statement, normalize_text
+from .cluster import SYSTEM_LEVEL, ClusteringResult, ClusterParams
+from .cooccurrence import cluster_from_rows
+from .statements import Statement
 
 __all__ = ["system_by_problem"]
 
@@ -61,12 +62,12 @@ def _unit_vector(rows: list[int], vectors: np.ndarray) -> np.ndarray:
     return mean / (np.linalg.norm(mean) or 1.0)
 
 
-def _join(units: list[list[int]], signatures: list[str | None], vectors: np.ndarray,
-          near_duplicate: float) -> list[list[int]]:
+def _join(units: list[list[int]], signatures: list[str | None], vectors: np.ndarray, *, near_duplicate: float,
+          join: float) -> list[list[int]]:
     """Groups of unit indexes. Established units (node clusters, with a signature) join each other when they state
     the same failure (equal signatures, or near-duplicate centroids); the others (trace-level, a node's unclustered
-    statements: no evidence of a cause of their own) go with the established unit they are most similar to, or
-    together when there is none."""
+    statements: no evidence of a cause of their own) go with the established unit they are most similar to when the
+    cosine is >= join, else together."""
     parent = list(range(len(units)))
 
     def find(i: int) -> int:
@@ -84,33 +85,14 @@ def _join(units: list[list[int]], signatures: list[str | None], vectors: np.ndar
                 parent[find(j)] = find(i)
     loose = [i for i, sig in enumerate(signatures) if sig is None]
     for i in loose:
-        target = max(anchors, key=lambda j: similarity[i, j]) if anchors else loose[0]
-        parent[find(i)] = find(target)
+        best = max(anchors, key=lambda j: similarity[i, j]) if anchors else None
+        # Only a close resemblance makes a stray statement part of an established pattern (a handled not-found
+        # error is not a rate-limit error for sharing "execute_tool … failed"); the rest stay together.
+        parent[find(i)] = find(best if best is not None and similarity[i, best] >= join else loose[0])
     components: dict[int, list[int]] = {}
     for i in range(len(units)):
         components.setdefault(find(i), []).append(i)
     return list(components.values())
-
-
-def _cluster(cluster_id: str, rows: list[int], statements: Sequence[Statement], vectors: np.ndarray,
-             n_examples: int) -> Cluster:
-    rows = sorted(rows)
-    centroid = _unit_vector(rows, vectors).astype(np.float32)
-    sims = vectors[rows] @ centroid
-    examples: list[str] = []
-    seen: set[str] = set()
-    for j in np.lexsort((np.asarray(rows), -sims)):
-        text = normalize_text(statements[rows[j]].text)
-        if text not in seen:
-            seen.add(text)
-            examples.append(statements[rows[j]].id)
-    return Cluster(
-        id=cluster_id, level=SYSTEM_LEVEL, node="", member_ids=[statements[r].id for r in rows], centroid=centroid,
-        medoid_id=examples[0], size=len(rows), distinct_count=len(seen), cohesion=float(sims.mean()),
-        example_ids=examples[:n_examples], trace_ids=sorted({statements[r].trace_id for r in rows}),
-        nodes=dict(Counter(statements[r].node for r in rows).most_common()),
-        severities=dict(Counter(statements[r].severity for r in rows).most_common()),
-    )
 
 
 def system_by_problem(statements: Sequence[Statement], vectors: np.ndarray, *,
@@ -131,7 +113,8 @@ def system_by_problem(statements: Sequence[Statement], vectors: np.ndarray, *,
         keys = list(by_unit)
         signatures = [Counter(_signature(statements[r].text, all_nodes) for r in by_unit[k]).most_common(1)[0][0]
                       if k[0] == "cluster" else None for k in keys]
-        for component in _join([by_unit[k] for k in keys], signatures, vectors, p.near_duplicate_threshold):
+        for component in _join([by_unit[k] for k in keys], signatures, vectors,
+                               near_duplicate=p.near_duplicate_threshold, join=p.merge_threshold):
             units = [keys[i] for i in component]
             rows = [r for k in units for r in by_unit[k]]
             nodes = {statements[r].node for r in rows if statements[r].node}
@@ -140,7 +123,8 @@ def system_by_problem(statements: Sequence[Statement], vectors: np.ndarray, *,
             if says_more and len(rows) >= p.min_cluster_size and len(traces) >= p.min_traces:
                 kept.append(rows)
     kept.sort(key=lambda rows: (-len(rows), min(rows)))  # largest first, ties by first row: stable ids
-    clusters = [_cluster(f"system:{i}", rows, statements, vectors, p.n_examples) for i, rows in enumerate(kept)]
+    clusters = [cluster_from_rows(f"system:{i}", rows, statements, vectors, level=SYSTEM_LEVEL, node="",
+                                  n_examples=p.n_examples) for i, rows in enumerate(kept)]
     assignment: dict[str, str | None] = {s.id: None for s in statements}
     for cluster in clusters:
         for sid in cluster.member_ids:

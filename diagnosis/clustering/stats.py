@@ -6,9 +6,9 @@ three statements in a cluster counts once.
 * frequency = traces with the issue / judged traces, with a Wilson score interval.
 * lift = failure rate of judged traces with the issue / failure rate of judged traces without it (a risk
   ratio), over the traces whose outcome is known only (TraceInfo.failed is None when it is not): a failing verdict
-  is not an outcome, or every issue would look associated with failure. lift is None when no outcome is known. Interval: Katz's log method, exp(ln RR +- z sqrt(1/a - 1/n1 + 1/c - 1/n2)); when a cell is 0, 0.5 is
-  added to a, c and the non-failures (Haldane-Anscombe) so the interval stays finite. lift is None when one
-  side has no traces.
+  is not an outcome, or every issue would look associated with failure. Interval: Katz's log method,
+  exp(ln RR +- z sqrt(1/a - 1/n1 + 1/c - 1/n2)); when a cell is 0, 0.5 is added to a, c and the non-failures
+  (Haldane-Anscombe) so the interval stays finite. lift is None when one side has no traces with an outcome.
 * risk difference = the same two failure rates subtracted, with Newcombe's hybrid score interval (method 10
   of Newcombe 1998, built from the two Wilson intervals): defined even when a rate is 0 or 1, which the ratio
   is not.

@@ -22,14 +22,17 @@ def group_centroid(rows: list[int], vectors: np.ndarray) -> np.ndarray:
     return (mean / norm).astype(np.float32)
 
 
-def group_cluster(*, key: str, group: Group, drafts: list[Draft], vectors: np.ndarray):
-    """A diagnosis.clustering.Cluster for the group (medoid and examples nearest the centroid, distinct texts)."""
+def group_cluster(*, key: str, group: Group, drafts: list[Draft], vectors: np.ndarray, medoid: str = ""):
+    """A diagnosis.clustering.Cluster for the group (medoid and examples nearest the centroid, distinct texts);
+    `medoid`, when one of the group's statements, comes first (the clustering's choice: a problem's first
+    symptom)."""
     from diagnosis.clustering import Cluster
 
     rows = group.rows
     centroid = group_centroid(rows, vectors)
     sims = vectors[rows] @ centroid
-    order = np.lexsort((np.asarray(rows), -sims))
+    first = np.asarray([drafts[r].key != medoid for r in rows])
+    order = np.lexsort((np.asarray(rows), -sims, first))
     examples: list[str] = []
     seen: set[str] = set()
     for j in order:
@@ -59,9 +62,11 @@ def group_severity(rows: list[int], drafts: list[Draft]) -> str:
     return counts.most_common(1)[0][0] if counts else "medium"
 
 
-def groups_name(*, groups: list[Group], drafts: list[Draft], vectors: np.ndarray, llm=None) -> dict[int, tuple]:
+def groups_name(*, groups: list[Group], drafts: list[Draft], vectors: np.ndarray, llm=None,
+                medoids: dict[str, str] | None = None) -> dict[int, tuple]:
     """group index -> (Cluster, ClusterName) for every group that is not an "other" bucket. Names are computed per
-    (level, node) so that the distinctive terms are distinctive against the sibling insights."""
+    (level, node) so that the distinctive terms are distinctive against the sibling insights. medoids: the run's
+    cluster id -> its medoid statement key (a group is named after the medoid of its first cluster)."""
     from diagnosis.clustering import name_clusters
 
     texts = {d.key: d.text for d in drafts}
@@ -69,7 +74,8 @@ def groups_name(*, groups: list[Group], drafts: list[Draft], vectors: np.ndarray
     for index, group in enumerate(groups):
         if group.is_other or not group.rows:
             continue
-        cluster = group_cluster(key=f"g{index}", group=group, drafts=drafts, vectors=vectors)
+        medoid = (medoids or {}).get(group.clusters[0], "") if group.clusters else ""
+        cluster = group_cluster(key=f"g{index}", group=group, drafts=drafts, vectors=vectors, medoid=medoid)
         by_scope.setdefault((group.level, group.node), []).append((index, cluster))
     titles = {d.key: d.title for d in drafts if d.title}
     out: dict[int, tuple] = {}

@@ -44,6 +44,7 @@ class Draft:
     severity: str
     evidence: list[dict] = field(default_factory=list)
     title: str = ""  # the issue's own title (issue statements): a better offline insight title than the medoid
+    started: float | None = None  # epoch seconds of the judged span's start: which symptom of a problem came first
 
     @property
     def key(self) -> str:
@@ -72,18 +73,19 @@ def corrected_keys(*, project_id: int) -> set[tuple[int, str, str]]:
                                                               "feedback__target_span_id")}
 
 
-def _span_nodes(pairs: set[tuple[int, str]]) -> dict[tuple[int, str], str]:
+def _span_nodes(pairs: set[tuple[int, str]]) -> dict[tuple[int, str], tuple[str, float]]:
+    """(trace pk, span id) -> (the span's node, its start as epoch seconds)."""
     by_trace: dict[int, set[str]] = {}
     for trace_pk, span_id in pairs:
         by_trace.setdefault(trace_pk, set()).add(span_id)
-    nodes: dict[tuple[int, str], str] = {}
+    nodes: dict[tuple[int, str], tuple[str, float]] = {}
     traces = sorted(by_trace)
     for start in range(0, len(traces), _SPAN_CHUNK):
         chunk = traces[start:start + _SPAN_CHUNK]
         span_ids = set().union(*(by_trace[t] for t in chunk))
-        for trace_pk, span_id, node in Span.objects.filter(trace_id__in=chunk, span_id__in=span_ids) \
-                .values_list("trace_id", "span_id", "node"):
-            nodes[(trace_pk, span_id)] = node or ""
+        for trace_pk, span_id, node, started in Span.objects.filter(trace_id__in=chunk, span_id__in=span_ids) \
+                .values_list("trace_id", "span_id", "node", "start_time"):
+            nodes[(trace_pk, span_id)] = (node or "", started.timestamp())
     return nodes
 
 
@@ -103,7 +105,8 @@ def statements_collect(*, run: DiagnosisRun) -> list[Draft]:
         target = row["target_span_id"] or ""
         if (row["trace_id"], row["judge"], target) in corrected:
             continue
-        node = nodes.get((row["trace_id"], target), "") if target else (row["rubric__node"] or "")
+        node, started = nodes.get((row["trace_id"], target), ("", None)) if target else \
+            (row["rubric__node"] or "", None)
         issues = [i for i in (row["issues"] or []) if isinstance(i, dict) and (i.get("title") or i.get("detail"))]
         seen: set[str] = set()
 
@@ -116,7 +119,7 @@ def statements_collect(*, run: DiagnosisRun) -> list[Draft]:
                 feedback_id=row["pk"], trace_pk=row["trace_id"], trace_id=row["trace__trace_id"],
                 release=row["trace__release"] or "", position=len(seen) - 1, kind=kind, text=text[:4000], node=node,
                 span_id=target, judge=row["judge"], severity=severity if severity in SEVERITY_RANK else "medium",
-                evidence=evidence, title=title,
+                evidence=evidence, title=title, started=started,
             ))
 
         for issue in issues:

@@ -135,7 +135,8 @@ def _build(run: DiagnosisRun, *, rebuild: bool) -> dict:
                             severity=d.severity, source=d.judge) for d in drafts]
     clusters, rows_of, other_rows, raw_fingerprints = [], {}, {}, {}
     if drafts:
-        clustering = cluster_per_node_and_system(statements, vectors)
+        clustering = cluster_per_node_and_system(
+            statements, vectors, started={d.key: d.started for d in drafts if d.started is not None})
         index_of = {d.key: i for i, d in enumerate(drafts)}
         texts = {d.key: d.text for d in drafts}
         scopes = [*clustering.node_results.items(), ("", clustering.system_result)]
@@ -160,7 +161,8 @@ def _build(run: DiagnosisRun, *, rebuild: bool) -> dict:
                                                naming_source="llm").values_list("pk", flat=True))
         wanted = {f"g{i}" for i, g in enumerate(groups) if not g.is_other and g.insight_id not in llm_named}
         namer = llm_namer_build(model=naming_model(run_model=run.model), usage=usage, wanted=wanted)
-        names = groups_name(groups=groups, drafts=drafts, vectors=vectors, llm=namer)
+        names = groups_name(groups=groups, drafts=drafts, vectors=vectors, llm=namer,
+                            medoids={c.id: c.medoid_id for c in clusters})
         fingerprints = {i: fingerprint(name.terms, groups[i].node, groups[i].level) for i, (_, name) in names.items()}
         data = RunData(run=run, drafts=drafts, keys=keys, vectors=vectors, traces=traces, model_id=embedder.model_id)
         written = insights_write(data=data, groups=groups, names=names, fingerprints=fingerprints)

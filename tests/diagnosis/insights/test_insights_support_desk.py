@@ -187,3 +187,30 @@ def test_feedback_marked_wrong_leaves_the_clustering(project, desk_rubrics, owne
     insights_build(run=first, force=True)
     assert not InsightStatement.objects.filter(feedback=wrong).exists()
     assert tasks_of(mediator, first) == TOUCHED_BY["mediator_race"] - {"two-orders-status"}
+
+
+def test_one_problem_one_insight_each_named_at_its_first_symptom(project, desk_rubrics):
+    """Each planted bug is one problem: the retry loop's repeated calls and their rate-limit errors are one node
+    insight at billing_worker; the misroute's rubric violation at the planner and the order lookups it causes at
+    orders_worker are one system insight linking both, named after the planner's; no insight mixes two bugs."""
+    support_desk_ingest(project=project, bugs="all", release="r1")
+    run = diagnose(project, "r1")
+    (retry,) = Insight.objects.filter(project=project, level="node", node="billing_worker", is_other=False,
+                                      occurrences__run=run)
+    assert tasks_of(retry, run) == TOUCHED_BY["retry_loop"]
+    assert "called" in retry.title and "identical arguments" in retry.title  # the loop, not its errors
+    assert {s.judge for s in held(retry, run)} >= {"rule.repeated_tool_call", "rule.span_error"}
+
+    planner = insight_for_tasks(project, "planner", TOUCHED_BY["misroute"], run)
+    (link,) = insight_links(project=project, insight=planner)
+    system = link.system
+    assert tasks_of(system, run) == TOUCHED_BY["misroute"] and set(system.affected_nodes) == {"planner",
+                                                                                              "orders_worker"}
+    assert system.title == planner.title
+    linked = {link.node.node for link in insight_links(project=project, insight=system)}
+    assert linked == {"planner", "orders_worker"}
+
+    for insight in Insight.objects.filter(project=project, is_other=False, occurrences__run=run):
+        touched = {bug for bug, tasks in TOUCHED_BY.items() if tasks_of(insight, run) & tasks}
+        if insight.failure_association != "not_associated":  # a token outlier here and there is no bug's
+            assert len(touched) <= 1, (insight.title, touched)

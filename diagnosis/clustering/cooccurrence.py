@@ -1,0 +1,168 @@
+"""Patterns that always show together are one problem.
+
+One fault leaves several symptoms that judges state differently: a retry loop is both "invoice_lookup called 5
+times with identical arguments" and five "… failed: RateLimitedError"; a misroute is a rubric violation at the
+router and "order_lookup is called although it never should be" at the worker it sent the request to. Their
+statements do not resemble each other, but they occur in the same traces and nowhere else. Node clusters whose
+trace sets nearly coincide (Jaccard >= COOCCURRENCE_MIN_JACCARD, with at least `min_traces` traces in common) are
+one problem:
+
+* at one node, they become one node cluster;
+* at several nodes, one system cluster holding them all (the node clusters stay, linked to it), taken out of
+  any system cluster their statements were in.
+
+The problem is named after its first symptom: the pattern whose statements cite the earliest spans of the traces
+(the router before the worker it misroutes to, the worker's repeated calls before each call's error), which is
+where the cause is. Distinct faults on disjoint sets of tasks never meet here; two faults that always strike the
+same traces cannot be told apart by any judge either, so they are one problem to fix.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from statistics import median
+
+import numpy as np
+
+from .cluster import NODE_LEVEL, SYSTEM_LEVEL, Cluster, ClusteringResult, ClusterParams
+from .statements import Statement, normalize_text
+
+__all__ = ["COOCCURRENCE_MIN_JACCARD", "cluster_from_rows", "merge_cooccurring"]
+
+COOCCURRENCE_MIN_JACCARD = 0.8
+
+
+def cluster_from_rows(cluster_id: str, rows: list[int], statements: Sequence[Statement], vectors: np.ndarray, *,
+                      level: str, node: str, n_examples: int, medoid_rows: list[int] | None = None) -> Cluster:
+    """A Cluster over these statement rows; the medoid is the statement of `medoid_rows` (default: all) nearest
+    the centroid."""
+    rows = sorted(rows)
+    mean = vectors[rows].astype(np.float64).mean(axis=0)
+    centroid = (mean / (np.linalg.norm(mean) or 1.0)).astype(np.float32)
+    sims = vectors[rows] @ centroid
+    preferred = set(medoid_rows or rows)
+    examples: list[str] = []
+    seen: set[str] = set()
+    order = sorted(range(len(rows)), key=lambda j: (rows[j] not in preferred, -float(sims[j]), rows[j]))
+    for j in order:
+        text = normalize_text(statements[rows[j]].text)
+        if text not in seen:
+            seen.add(text)
+            examples.append(statements[rows[j]].id)
+    return Cluster(
+        id=cluster_id, level=level, node=node, member_ids=[statements[r].id for r in rows], centroid=centroid,
+        medoid_id=examples[0], size=len(rows), distinct_count=len(seen), cohesion=float(sims.mean()),
+        example_ids=examples[:n_examples], trace_ids=sorted({statements[r].trace_id for r in rows}),
+        nodes=dict(Counter(statements[r].node for r in rows).most_common()),
+        severities=dict(Counter(statements[r].severity for r in rows).most_common()),
+    )
+
+
+def _components(clusters: list[Cluster], min_traces: int) -> list[list[int]]:
+    parent = list(range(len(clusters)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    traces = [set(c.trace_ids) for c in clusters]
+    for i in range(len(clusters)):
+        for j in range(i + 1, len(clusters)):
+            common = len(traces[i] & traces[j])
+            if common >= min_traces and common / len(traces[i] | traces[j]) >= COOCCURRENCE_MIN_JACCARD:
+                parent[find(j)] = find(i)
+    groups: dict[int, list[int]] = {}
+    for i in range(len(clusters)):
+        groups.setdefault(find(i), []).append(i)
+    return [g for g in groups.values() if len(g) > 1]
+
+
+def _first_symptom(members: list[Cluster], statements: Sequence[Statement], row_of: dict[str, int],
+                   started: Mapping[str, float]) -> Cluster:
+    """The cluster whose statements cite the earliest spans: per trace, how long after the trace's earliest cited
+    span its own earliest one starts; the smallest median wins (ties: the most severe, then the larger cluster; a
+    loop and the error of its last attempt may cite the same agent span)."""
+    first_in_trace: dict[str, float] = {}
+    own: list[dict[str, float]] = []
+    for cluster in members:
+        times: dict[str, float] = {}
+        for sid in cluster.member_ids:
+            if sid in started:
+                trace = statements[row_of[sid]].trace_id
+                times[trace] = min(times.get(trace, started[sid]), started[sid])
+                first_in_trace[trace] = min(first_in_trace.get(trace, started[sid]), started[sid])
+        own.append(times)
+    lag = [median(t - first_in_trace[trace] for trace, t in times.items()) if times else float("inf")
+           for times in own]
+    rank = {"low": 0, "medium": 1, "high": 2, "critical": 3}
+    severity = [max((rank.get(k, 1) for k in c.severities), default=1) for c in members]
+    best = min(range(len(members)), key=lambda i: (lag[i], -severity[i], -members[i].size, members[i].id))
+    return members[best]
+
+
+def merge_cooccurring(statements: Sequence[Statement], vectors: np.ndarray, *,
+                      node_results: dict[str, ClusteringResult], system: ClusteringResult,
+                      started: Mapping[str, float] | None = None,
+                      params: ClusterParams | None = None) -> tuple[dict[str, ClusteringResult], ClusteringResult]:
+    """(node results, system result) with co-occurring node clusters made one problem (module docstring)."""
+    p = params or system.params
+    started = started or {}
+    row_of = {s.id: i for i, s in enumerate(statements)}
+    rows_of = lambda cluster: [row_of[sid] for sid in cluster.member_ids]  # noqa: E731
+    # One node: co-occurring clusters merge into one.
+    merged_nodes: dict[str, ClusteringResult] = {}
+    for node, result in node_results.items():
+        groups = _components(list(result.clusters), p.min_traces)
+        grouped = {i for group in groups for i in group}
+        clusters = [c for i, c in enumerate(result.clusters) if i not in grouped]
+        for group in groups:
+            members = [result.clusters[i] for i in group]
+            root = _first_symptom(members, statements, row_of, started)
+            rows = [r for c in members for r in rows_of(c)]
+            clusters.append(cluster_from_rows(root.id, rows, statements, vectors, level=NODE_LEVEL, node=node,
+                                              n_examples=p.n_examples, medoid_rows=rows_of(root)))
+        if groups:
+            clusters.sort(key=lambda c: (-c.size, c.id))
+            assignment = {sid: None for sid in result.assignment}
+            for c in clusters:
+                assignment.update(dict.fromkeys(c.member_ids, c.id))
+            result = ClusteringResult(clusters=clusters, other=result.other, assignment=assignment,
+                                      n_statements=result.n_statements, n_groups=result.n_groups,
+                                      n_units=result.n_units, params=result.params)
+        merged_nodes[node] = result
+    # Several nodes: one system cluster per co-occurring set, which takes its statements out of other ones.
+    every = [c for result in merged_nodes.values() for c in result.clusters]
+    problems: list[tuple[list[int], list[int] | None]] = []
+    taken: set[int] = set()
+    for group in _components(every, p.min_traces):
+        members = [every[i] for i in group]
+        root = _first_symptom(members, statements, row_of, started)
+        rows = [r for c in members for r in rows_of(c)]
+        problems.append((rows, rows_of(root)))
+        taken.update(rows)
+    if not problems:
+        return merged_nodes, system
+    kept: list[tuple[list[int], list[int] | None]] = []
+    for cluster in system.clusters:
+        rows = [r for r in rows_of(cluster) if r not in taken]
+        nodes = {statements[r].node for r in rows if statements[r].node}
+        trace_level = any(not statements[r].node for r in rows)
+        if (len(nodes) >= 2 or trace_level) and len(rows) >= p.min_cluster_size and \
+                len({statements[r].trace_id for r in rows}) >= p.min_traces:
+            kept.append((rows, None))
+    kept += problems
+    kept.sort(key=lambda item: (-len(item[0]), min(item[0])))
+    clusters = [cluster_from_rows(f"system:{i}", rows, statements, vectors, level=SYSTEM_LEVEL, node="",
+                                  n_examples=p.n_examples, medoid_rows=medoid)
+                for i, (rows, medoid) in enumerate(kept)]
+    assignment: dict[str, str | None] = {s.id: None for s in statements}
+    for cluster in clusters:
+        assignment.update(dict.fromkeys(cluster.member_ids, cluster.id))
+    explained = {sid for result in merged_nodes.values() for c in result.clusters for sid in c.member_ids}
+    other = [s.id for s in statements if assignment[s.id] is None and s.id not in explained]
+    return merged_nodes, ClusteringResult(clusters=clusters, other=other, assignment=assignment,
+                                          n_statements=system.n_statements, n_groups=system.n_groups,
+                                          n_units=system.n_units, params=p)
