@@ -52,13 +52,13 @@ def _insight_for(project: Project, insight_id) -> Insight:
 
 def top_insights(*, project: Project) -> list[Insight]:
     """The overview card: open insights of both levels, those associated with failure (or of unknown association)
-    first, then by frequency, so that a problem seen at one node only shows too; a node insight is left out when a listed system insight contains it under the same title."""
+    first, then by frequency; a node insight is left out when a listed system insight (the problem it is part of)
+    contains it, so each problem shows once."""
     candidates = list(insight_list(project=project, status=Insight.Status.OPEN, include_other=False)
                       .order_by("not_associated", "-frequency", "-count", "pk")[:TOP_INSIGHTS * 3])
-    systems = {i.pk: i.title for i in candidates if i.level == Insight.Level.SYSTEM}
-    repeated = {(node_pk, systems[system_pk])
-                for system_pk, node_pk in insight_link_pairs(project=project, system_pks=list(systems))}
-    top = [i for i in candidates if (i.pk, i.title) not in repeated]
+    systems = [i.pk for i in candidates if i.level == Insight.Level.SYSTEM]
+    within = {node_pk for _, node_pk in insight_link_pairs(project=project, system_pks=systems)}
+    top = [i for i in candidates if i.pk not in within]
     return top[:TOP_INSIGHTS]
 
 
