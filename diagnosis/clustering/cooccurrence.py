@@ -27,6 +27,7 @@ import numpy as np
 
 from .cluster import NODE_LEVEL, SYSTEM_LEVEL, Cluster, ClusteringResult, ClusterParams
 from .statements import Statement, normalize_text
+from .unionfind import DisjointSets
 
 __all__ = ["COOCCURRENCE_MIN_JACCARD", "cluster_from_rows", "merge_cooccurring"]
 
@@ -60,24 +61,14 @@ def cluster_from_rows(cluster_id: str, rows: list[int], statements: Sequence[Sta
 
 
 def _components(clusters: list[Cluster], min_traces: int) -> list[list[int]]:
-    parent = list(range(len(clusters)))
-
-    def find(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
+    sets = DisjointSets(len(clusters))
     traces = [set(c.trace_ids) for c in clusters]
     for i in range(len(clusters)):
         for j in range(i + 1, len(clusters)):
             common = len(traces[i] & traces[j])
             if common >= min_traces and common / len(traces[i] | traces[j]) >= COOCCURRENCE_MIN_JACCARD:
-                parent[find(j)] = find(i)
-    groups: dict[int, list[int]] = {}
-    for i in range(len(clusters)):
-        groups.setdefault(find(i), []).append(i)
-    return [g for g in groups.values() if len(g) > 1]
+                sets.union(i, j)
+    return [g for g in sets.groups() if len(g) > 1]
 
 
 def _first_symptom(members: list[Cluster], statements: Sequence[Statement], row_of: dict[str, int],

@@ -35,6 +35,7 @@ import numpy as np
 from .cluster import SYSTEM_LEVEL, ClusteringResult, ClusterParams
 from .cooccurrence import cluster_from_rows
 from .statements import Statement
+from .unionfind import DisjointSets
 
 __all__ = ["system_by_problem"]
 
@@ -68,31 +69,26 @@ def _join(units: list[list[int]], signatures: list[str | None], vectors: np.ndar
     the same failure (equal signatures, or near-duplicate centroids); the others (trace-level, a node's unclustered
     statements: no evidence of a cause of their own) go with the established unit they are most similar to when the
     cosine is >= join, else together."""
-    parent = list(range(len(units)))
-
-    def find(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
+    sets = DisjointSets(len(units))
     centroids = np.stack([_unit_vector(rows, vectors) for rows in units])
     similarity = centroids @ centroids.T
     anchors = [i for i, sig in enumerate(signatures) if sig is not None]
     for a, i in enumerate(anchors):
         for j in anchors[a + 1:]:
             if signatures[i] == signatures[j] or similarity[i, j] >= near_duplicate:
-                parent[find(j)] = find(i)
-    loose = [i for i, sig in enumerate(signatures) if sig is None]
-    for i in loose:
+                sets.union(i, j)
+    strays: list[int] = []
+    for i in (i for i, sig in enumerate(signatures) if sig is None):
         best = max(anchors, key=lambda j: similarity[i, j]) if anchors else None
         # Only a close resemblance makes a stray statement part of an established pattern (a handled not-found
         # error is not a rate-limit error for sharing "execute_tool … failed"); the rest stay together.
-        parent[find(i)] = find(best if best is not None and similarity[i, best] >= join else loose[0])
-    components: dict[int, list[int]] = {}
-    for i in range(len(units)):
-        components.setdefault(find(i), []).append(i)
-    return list(components.values())
+        if best is not None and similarity[i, best] >= join:
+            sets.union(i, best)
+        else:
+            strays.append(i)
+    for i in strays[1:]:
+        sets.union(strays[0], i)
+    return sets.groups()
 
 
 def system_by_problem(statements: Sequence[Statement], vectors: np.ndarray, *,
