@@ -10,6 +10,10 @@ if TEST_DATABASE not in ("postgres", "sqlite"):
     raise RuntimeError(f"CLEAR_TEST_DATABASE={TEST_DATABASE!r}: use 'postgres' (the default) or 'sqlite'")
 if TEST_DATABASE == "sqlite":
     os.environ.pop("DATABASE_URL", None)  # the embedded default: var/clear.sqlite3 (CLEAR_VAR_DIR)
+    if os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get("CLEAR_VAR_DIR"):
+        # A var dir per xdist worker, as each demo has its own: the embedded default keeps its queue, evolution
+        # work trees and database there. (Subprocesses inherit it.)
+        os.environ["CLEAR_VAR_DIR"] = os.path.join(os.environ["CLEAR_VAR_DIR"], os.environ["PYTEST_XDIST_WORKER"])
 else:
     os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/clear")
 
