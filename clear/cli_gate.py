@@ -4,6 +4,7 @@
 
 1. For each release, start a diagnosis run over its traces, or reuse one (POST /api/v1/runs/ with `reuse`: a
    queued, running or succeeded run of the same release and judge configuration, unless traces arrived since).
+   Runs it starts have purpose "gate": their insights are compared, but never become the dashboard's figures.
 2. With --wait, wait for the runs and their insights builds (progress bars on stderr); without it, runs that are
    not ready are an error.
 3. GET /api/v1/compare/ (the rule for new / worse / resolved / better is documented there), print a summary, write
@@ -30,7 +31,10 @@ CHANGE_ORDER = ("new", "worse", "resolved", "better", "unchanged")
 
 
 def _start_or_reuse(client: Client, *, release: str, judges: list[str], model: str) -> dict:
-    body: dict[str, Any] = {"release": release, "judges": judges, "reuse": True, "name": f"clearctl gate {release}"}
+    # purpose "gate": the server keeps the dashboard's figures on its full diagnosis runs, so gating a pull request
+    # (or its baseline, judged last) does not rewrite them; a server without the field ignores it.
+    body: dict[str, Any] = {"release": release, "judges": judges, "reuse": True, "name": f"clearctl gate {release}",
+                            "purpose": "gate"}
     if model:
         body["model"] = model
     run = client.request("POST", "/api/v1/runs/", body=body)

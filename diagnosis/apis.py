@@ -40,7 +40,7 @@ class RunOutputSerializer(serializers.ModelSerializer):
             "id", "name", "status", "continuous", "release", "since", "until", "tags", "outcome", "node",
             "trace_ids", "sample_rate", "judges", "model", "rubric_ids", "budget_tokens", "budget_cost",
             "total_count", "done_count", "skipped_count", "input_tokens", "output_tokens", "cost", "error_count",
-            "errors", "dropped_evidence", "failure_message", "created_at", "started_at", "finished_at",
+            "errors", "dropped_evidence", "failure_message", "created_at", "started_at", "finished_at", "purpose",
         ]
 
 
@@ -313,6 +313,10 @@ class RunCreateApi(ProjectApi):
         budget_cost = serializers.FloatField(required=False, allow_null=True, default=None, min_value=0)
         sample_rate = serializers.FloatField(required=False, default=1.0, min_value=0, max_value=1,
                                              help_text="share of the chosen traces judged, in (0, 1]")
+        purpose = serializers.ChoiceField(
+            choices=DiagnosisRun.Purpose.values, required=False, default=DiagnosisRun.Purpose.DIAGNOSIS,
+            help_text='"gate" for a CI comparison (clearctl gate): its figures never replace the insights\' headline '
+                      "figures, which come from the latest full diagnosis run of the newest release")
         reuse = serializers.BooleanField(
             required=False, default=False,
             help_text="with only a release as the filter: answer 200 with the newest queued, running or succeeded "

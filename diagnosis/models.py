@@ -35,6 +35,14 @@ class DiagnosisRun(models.Model):
     continuous = models.BooleanField(default=False)
     continuous_key = models.CharField(max_length=40, blank=True)
 
+    class Purpose(models.TextChoices):
+        DIAGNOSIS = "diagnosis", "Diagnosis"
+        GATE = "gate", "CI gate"
+
+    # A gate's runs (clearctl gate: the release under test and its baseline) exist for the comparison; they never
+    # set an insight's headline figures while a full diagnosis run can (diagnosis/insights/headline.py).
+    purpose = models.CharField(max_length=20, choices=Purpose.choices, default=Purpose.DIAGNOSIS)
+
     # The filter that chose the traces.
     release = models.CharField(max_length=200, blank=True)
     since = models.DateTimeField(null=True, blank=True)
@@ -101,6 +109,31 @@ class DiagnosisRun(models.Model):
     @property
     def total_tokens(self) -> int:
         return self.input_tokens + self.output_tokens
+
+    @property
+    def is_full(self) -> bool:
+        """Judged every trace of a whole release (or of everything): no filter but the release, no sampling, not
+        stopped early, neither continuous nor a gate's. Such runs give insights their headline figures first
+        (diagnosis/insights/headline.py)."""
+        return self.status == self.Status.SUCCEEDED and self._scope_kind() == "full"
+
+    def _scope_kind(self) -> str:
+        if self.continuous:
+            return "continuous"
+        if self.purpose == self.Purpose.GATE:
+            return "CI gate"
+        if self.sample_rate < 1:
+            return "sampled"
+        if self.since or self.until or self.tags or self.outcome or self.node or self.trace_ids:
+            return "filtered"
+        if self.is_finished and self.status != self.Status.SUCCEEDED:
+            return "stopped early"
+        return "full"
+
+    @property
+    def scope_label(self) -> str:
+        """What the run covered, for "figures from run X (release v2, full)"."""
+        return f"{f'release {self.release}' if self.release else 'all releases'}, {self._scope_kind()}"
 
 
 class RunTrace(models.Model):

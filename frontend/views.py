@@ -14,6 +14,7 @@ from clear.errors import NotFoundError
 from clear.projects.models import Project
 from clear.projects.selectors import api_key_list, project_get_for_user, project_list_for_user
 from clear.projects.services import api_key_create, api_key_revoke
+from diagnosis.insights.headline import diagnosis_run_headline
 from diagnosis.models import Insight
 from frontend import charts, graph_queries, heatmap, queries
 from frontend.dashboard_cache import dashboard_aggregate
@@ -82,6 +83,8 @@ def overview(request: HttpRequest, slug: str) -> HttpResponse:
             "spend": cached.value["spend"],
             "computed_at": cached.computed_at,
             "latest_run": queries.latest_run(project=project),
+            # The insights' figures come from this run, not from whichever run was started last (a gate's, say).
+            "figures_run": diagnosis_run_headline(project=project),
             "top_insights": top_insights(project=project),
         })
     return render(request, "frontend/overview.html", context)

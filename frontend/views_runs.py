@@ -58,11 +58,15 @@ def run_progress(run: DiagnosisRun) -> dict:
         percent = min(100, round(100 * settled / run.total_count))
     else:
         percent = 100 if run.is_finished else 0
+    # A continuous run grows all day and stays open until the next day's first beat: a percentage would sit at 100%
+    # "running" whenever it has caught up, so it is shown as "continuous" with what it judged and what waits.
+    continuous = run.continuous and not run.is_finished
     return {
-        "id": str(run.pk), "status": run.status, "status_label": run.get_status_display(),
+        "id": str(run.pk), "status": run.status,
+        "status_label": "Continuous" if continuous else run.get_status_display(), "continuous": continuous,
         "finished": run.is_finished, "total": run.total_count, "done": run.done_count, "skipped": run.skipped_count,
-        "percent": percent, "cost": round(run.cost, 6), "tokens": run.total_tokens, "error_count": run.error_count,
-        "failure_message": run.failure_message,
+        "open": max(0, run.total_count - settled), "percent": percent, "cost": round(run.cost, 6),
+        "tokens": run.total_tokens, "error_count": run.error_count, "failure_message": run.failure_message,
     }
 
 

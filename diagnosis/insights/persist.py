@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from diagnosis.insights.embedding import centroid_bytes
 from diagnosis.insights.groups import group_severity
+from diagnosis.insights.headline import HeadlineRanker, headline_ranker
 from diagnosis.insights.identity import Group
 from diagnosis.insights.naming import judges_of, offline_recommendation, offline_root_cause
 from diagnosis.insights.statements import Draft
@@ -54,9 +55,13 @@ def other_title(level: str, node: str) -> str:
     return f"Other feedback at {node}" if level == Insight.Level.NODE else "Other system-level feedback"
 
 
-def _is_latest(insight: Insight, run: DiagnosisRun) -> bool:
-    return insight.last_run_id is None or insight.last_run_id == run.pk or (
-        insight.last_run is not None and insight.last_run.created_at <= run.created_at)
+def _is_latest(insight: Insight, run: DiagnosisRun, *, ranker: HeadlineRanker, judged: set[str]) -> bool:
+    """Whether this run's figures become the insight's headline: not when the insight's figures come from a better
+    run (headline.py: a full run of the newest release beats a gate's, a filtered or an older release's run), so a
+    gate's baseline run finishing last does not take the dashboard back to the baseline."""
+    if insight.last_run_id is None or insight.last_run_id == run.pk or insight.last_run is None:
+        return True
+    return ranker.rank(run, judged) >= ranker.rank(insight.last_run)
 
 
 def _apply_name(insight: Insight, name, cluster, group: Group, drafts: list[Draft], new: bool) -> None:
@@ -83,6 +88,7 @@ def insights_write(*, data: RunData, groups: list[Group], names: dict[int, tuple
     seen_at = run.finished_at or timezone.now()
     summary = WriteSummary()
     existing = Insight.objects.select_related("last_run").in_bulk([g.insight_id for g in groups if g.insight_id])
+    ranker, judged = headline_ranker(project_id=run.project_id), {t.release for t in data.traces.values()}
     insight_of: list[Insight] = []
     for index, group in enumerate(groups):
         rows = group.rows
@@ -98,7 +104,7 @@ def insights_write(*, data: RunData, groups: list[Group], names: dict[int, tuple
                                    first_seen=seen_at, first_run=run), True
         else:
             insight, new = existing[group.insight_id], False
-        latest = new or _is_latest(insight, run)
+        latest = new or _is_latest(insight, run, ranker=ranker, judged=judged)
         if index in names:
             cluster, name = names[index]
             if latest:

@@ -51,12 +51,15 @@ def occurrence_recompute(*, insight: Insight, run: DiagnosisRun) -> InsightOccur
 
 
 def headline_refresh(*, insight: Insight) -> None:
-    """Count, frequency, lift, nodes and severity from the latest run the insight occurred in."""
+    """Count, frequency, lift, nodes and severity from the best run the insight occurred in: as when a run's
+    insights are written (headline.py), so a merge or split does not hand the figures to a gate's baseline run."""
     from diagnosis.insights.groups import group_severity
+    from diagnosis.insights.headline import headline_ranker
     from diagnosis.insights.statements import Draft
 
-    latest = InsightOccurrence.objects.filter(insight=insight).select_related("run").order_by(
-        "-run__created_at").first()
+    ranker = headline_ranker(project_id=insight.project_id)
+    latest = max(InsightOccurrence.objects.filter(insight=insight).select_related("run"),
+                 key=lambda o: ranker.rank(o.run), default=None)
     if latest is None:
         insight.count = insight.trace_count = 0
         insight.frequency = 0.0

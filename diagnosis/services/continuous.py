@@ -77,9 +77,11 @@ def _refresh_stats(*, run: DiagnosisRun, now: datetime) -> None:
 
 def continuous_tick(*, now: datetime | None = None) -> int:
     """Claim newly complete traces into today's continuous runs and start judging them; returns how many."""
-    if not conf.continuous_enabled():
-        return 0
     now = now or timezone.now()
+    if not conf.continuous_enabled():
+        # Switched off: past days' runs are still closed, or they would stay "running" for good.
+        _close_past_days(now=now)
+        return 0
     candidates = complete_traces(now=now)
     claimed_total = 0
     for project_id in list(candidates.values_list("project_id", flat=True).distinct()):

@@ -153,6 +153,7 @@ def diagnosis_run_start(
     name: str = "",
     config: dict | None = None,
     enqueue: bool = True,
+    purpose: str = DiagnosisRun.Purpose.DIAGNOSIS,
 ) -> DiagnosisRun:
     """Choose the traces, create the run and its items, and enqueue it after commit (`enqueue=False`: the caller
     runs it in-process with diagnosis_run_execute)."""
@@ -160,6 +161,9 @@ def diagnosis_run_start(
     tags = [t for t in tags or [] if t]
     _validate_filter(project=project, since=since, until=until, outcome=outcome, sample_rate=sample_rate,
                      budget_tokens=budget_tokens, budget_cost=budget_cost, rubric_ids=rubric_ids, trace_ids=trace_ids)
+    if purpose not in DiagnosisRun.Purpose.values:
+        raise DiagnosisRunInvalidError(f"purpose must be one of {', '.join(DiagnosisRun.Purpose.values)}; "
+                                       f"got {purpose!r}")
     resolved_model = model or conf.judge_model()
     resolved = judges_resolve(judges=judges, model=resolved_model)
     uses_llm = any(n in LLM_JUDGES for n in resolved)
@@ -181,7 +185,7 @@ def diagnosis_run_start(
             node=node, trace_ids=trace_ids, sample_rate=sample_rate, judges=resolved,
             model=resolved_model if uses_llm else model, rubric_ids=list(rubric_ids) if rubric_ids != "all" else "all",
             budget_tokens=budget_tokens, budget_cost=budget_cost, config=config, created_by=created_by,
-            total_count=len(pks),
+            total_count=len(pks), purpose=purpose,
         )
         RunTrace.objects.bulk_create([RunTrace(run=run, trace_id=pk) for pk in pks], batch_size=2000)
         if enqueue:
