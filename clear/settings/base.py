@@ -292,6 +292,11 @@ CLEAR_EVOLUTION_RELEASES_DIR = env_str("CLEAR_EVOLUTION_RELEASES_DIR", "")
 # release (or later ones) in which the insight's frequency is under FIXED_BELOW marks it fixed and closes its ticket.
 CLEAR_INSIGHT_FIXED_BELOW = env_float("CLEAR_INSIGHT_FIXED_BELOW", 0.02)
 CLEAR_INSIGHT_FIXED_MIN_JUDGED = env_int("CLEAR_INSIGHT_FIXED_MIN_JUDGED", 20)
+# Tickets: absolute links in bodies and exports (read outside Clear, so no request to take the host from) start with
+# CLEAR_PUBLIC_URL; an insight not associated with failure (lift interval includes 1) gets a ticket only when
+# CLEAR_TICKET_NOT_ASSOCIATED is true.
+CLEAR_PUBLIC_URL = env_str("CLEAR_PUBLIC_URL", "http://127.0.0.1:8000")
+CLEAR_TICKET_NOT_ASSOCIATED = env_bool("CLEAR_TICKET_NOT_ASSOCIATED", False)
 CELERY_BEAT_SCHEDULE["evolution-janitor"] = {
     # Stale heartbeats → FAILED(worker_lost), lost prepare messages re-sent, orphaned worktrees removed, consent expiry.
     "task": "evolution.janitor", "schedule": env_float("CLEAR_EVOLUTION_JANITOR_SECONDS", 60.0),

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 
 from .cluster import Cluster
 
-__all__ = ["ClusterName", "NamingRequest", "LLMNamer", "distinctive_terms", "shorten", "name_clusters"]
+__all__ = ["ClusterName", "NamingRequest", "LLMNamer", "distinctive_terms", "shorten", "name_clusters",
+           "title_generalize"]
 
 TITLE_MAX_CHARS = 80
 N_TERMS = 8
@@ -36,6 +37,21 @@ also still yet however made make makes using used use uses one two three first s
 """.split())
 _TOKEN = re.compile(r"[a-z][a-z0-9_'-]*[a-z0-9]|[a-z]")
 _LEAD = re.compile(r"^(?:the (?:agent|assistant|model|response|reply|step)\s+|it\s+)", re.IGNORECASE)
+
+# Instance values in a title (see title_generalize), most specific first. A value must stand alone: a digit or id
+# glued to a name by a letter, "_", "-", "." or "/" belongs to the name (gpt-4o-mini, claude-3-5, v2, app.py,
+# invoice_lookup). Typographic quotes are Clear's own for names (a rubric's name), so only ASCII quotes count.
+_EDGE_L, _EDGE_R = r"(?<![\w./-])", r"(?![\w/-]|\.\w)"
+_INSTANCE_VALUES = [
+    ("<id>", re.compile(_EDGE_L + r"[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}" + _EDGE_R, re.IGNORECASE)),  # uuid
+    ("<id>", re.compile(_EDGE_L + r"#?[A-Z][A-Z0-9]{0,5}[-_]\d[\w-]*" + _EDGE_R)),  # O-5012, INV-9011, ORD_77
+    ("<id>", re.compile(_EDGE_L + r"[A-Z]{1,5}\d{3,}" + _EDGE_R)),  # ORD12345
+    # hex ids: a digit and a letter, so neither a number nor a word such as "deadbeef"
+    ("<id>", re.compile(_EDGE_L + r"(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{8,}" + _EDGE_R, re.IGNORECASE)),
+    ("<id>", re.compile(r"#\d+\b")),  # "#123"
+    ('"…"', re.compile(r"(?<!\w)'[^'\n]{1,120}'(?!\w)|\"[^\"\n]{1,120}\"")),
+    ("N", re.compile(_EDGE_L + r"[-+]?\d[\d,]*(?:\.\d+)?" + _EDGE_R)),
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,9 +134,23 @@ def distinctive_terms(
     return out
 
 
+def title_generalize(text: str) -> str:
+    """A title that names the pattern, not one occurrence of it: instance values become placeholders, ids
+    (O-5012, INV-9011, uuids, hex ids, #12) "<id>", ASCII-quoted values '"…"', numbers "N" ("invoice_lookup called N
+    times with identical arguments"). Names stay: tools, nodes, models and files (invoice_lookup, billing_worker,
+    gpt-4o-mini, app.py, v2), and “typographic” quotes, which Clear's own templates use for names. Idempotent."""
+    for placeholder, pattern in _INSTANCE_VALUES:
+        text = pattern.sub(placeholder, text)
+    # The same placeholder repeated by a list of values ("<id>, <id> and <id>") says it once.
+    text = re.sub(r"(<id>|N|\"…\")(?:(?:,\s*|\s+and\s+|\s+or\s+)\1)+", r"\1", text)
+    # A unit around its value ("tokens N tokens", a template's measure and unit) says it once.
+    text = re.sub(r"\b(\w+) N \1\b", r"N \1", text)
+    return " ".join(text.split())
+
+
 def shorten(text: str, max_chars: int = TITLE_MAX_CHARS) -> str:
     """A title from a statement: the leading "The agent"/"It" dropped, the first clause kept, cut at a word
-    boundary to `max_chars` with an ellipsis, capitalised, no final period."""
+    boundary to `max_chars` with an ellipsis, capitalised (unless it starts with an identifier), no final period."""
     text = _LEAD.sub("", text.strip()).strip()
     first = re.split(r"(?<=[a-z0-9)])[;:]\s|,\s(?:so|and|which|because|causing)\s|\.\s", text, maxsplit=1)[0]
     if len(first) >= 20:
@@ -129,6 +159,9 @@ def shorten(text: str, max_chars: int = TITLE_MAX_CHARS) -> str:
     if len(text) > max_chars:
         cut = text[: max_chars - 1].rsplit(" ", 1)[0].rstrip(" ,;:")
         text = cut + "\u2026"
+    first_word = text.split(" ", 1)[0]
+    if not re.fullmatch(r"[a-z]+", first_word):  # an identifier (invoice_lookup, gpt-4o, <id>) keeps its case
+        return text
     return text[:1].upper() + text[1:]
 
 
@@ -161,7 +194,8 @@ def name_clusters(
             f"Typical: \u201c{medoid}\u201d"
             + (f" Key terms: {', '.join(top[:5])}." if top else "")
         )
-        offline = ClusterName(title=shorten(medoid, title_max_chars), description=description, terms=top)
+        offline = ClusterName(title=shorten(title_generalize(medoid), title_max_chars), description=description,
+                              terms=top)
         name = offline
         if llm is not None:
             try:

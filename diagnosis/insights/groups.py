@@ -68,6 +68,7 @@ def groups_name(*, groups: list[Group], drafts: list[Draft], vectors: np.ndarray
     (level, node) so that the distinctive terms are distinctive against the sibling insights. medoids: the run's
     cluster id -> its medoid statement key (a group is named after the medoid of its first cluster)."""
     from diagnosis.clustering import name_clusters
+    from diagnosis.clustering.naming import title_generalize
 
     texts = {d.key: d.text for d in drafts}
     by_scope: dict[tuple[str, str], list[tuple[int, object]]] = {}
@@ -84,7 +85,7 @@ def groups_name(*, groups: list[Group], drafts: list[Draft], vectors: np.ndarray
         for index, cluster in items:
             name = names[cluster.id]
             if name.source == "offline" and cluster.medoid_id in titles:
-                name = replace(name, title=clip(titles[cluster.medoid_id]))
+                name = replace(name, title=clip(title_generalize(titles[cluster.medoid_id])))
             out[index] = (cluster, name)
     return out
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from django.utils import timezone
 
+from diagnosis.clustering.naming import title_generalize
 from diagnosis.insights.embedding import centroid_bytes
 from diagnosis.insights.groups import group_severity
 from diagnosis.insights.headline import HeadlineRanker, headline_ranker
@@ -69,6 +70,9 @@ def _apply_name(insight: Insight, name, cluster, group: Group, drafts: list[Draf
     judges = judges_of([drafts[r].judge for r in group.rows])
     if new or (name.source == "llm" and insight.naming_source != "llm"):
         insight.title = name.title[:300]
+    elif insight.naming_source != "llm":
+        # An offline title made before titles were generalised loses its instance values; idempotent, so no churn.
+        insight.title = title_generalize(insight.title)[:300]
     if name.source == "llm":
         insight.naming_source = "llm"
         insight.root_cause, insight.recommendation = name.root_cause, name.recommendation

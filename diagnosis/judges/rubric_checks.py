@@ -230,6 +230,14 @@ def _result(rubric: dict, verdict: str | None, critique: str, issues: list[Judge
     )
 
 
+def _violating(what: str, rubric: dict) -> str:
+    """An issue title says what went wrong, then the rubric it breaks: a rubric's name states the expected behaviour
+    ("Refund requests are routed to billing"), which read alone as a title says the opposite of the finding. The
+    name is in typographic quotes, which insight titles keep when they drop instance values (title_generalize)."""
+    name = " ".join(str(rubric.get("name") or "").split())
+    return f"{what}, violating \u201c{name}\u201d" if name else what
+
+
 def _not_applicable(rubric: dict, why: str) -> JudgeResult:
     return _result(rubric, None, f"Not applicable: {why}", status="skipped")
 
@@ -262,13 +270,13 @@ def _check_regex(rubric: dict, trace: TraceView, config: dict, node: str) -> Jud
         if hits:
             return _result(rubric, "pass", f"/{config['pattern']}/ found in {hits[0][0].name}.")
         target = spans[-1]
-        issue = JudgeIssue(title=f"{rubric.get('name') or 'Rubric'}: expected text is missing",
+        issue = JudgeIssue(title=_violating(f"Expected text is missing from {target.name}", rubric),
                            detail=f"No {config['field']} of the checked spans matches /{config['pattern']}/.",
                            severity="medium", evidence=[Evidence(target.span_id, _opening(target, config["field"]))])
         return _result(rubric, "fail", f"/{config['pattern']}/ not found.", [issue], target.span_id)
     if not hits:
         return _result(rubric, "pass", f"/{config['pattern']}/ appears nowhere it is forbidden.")
-    issues = [JudgeIssue(title=f"{rubric.get('name') or 'Rubric'}: forbidden text in {span.name}",
+    issues = [JudgeIssue(title=_violating(f"Forbidden text in {span.name}", rubric),
                          detail=f"{span.name} matches /{config['pattern']}/.", severity="medium",
                          evidence=[Evidence(span.span_id, _clip(text))]) for span, text in hits]
     return _result(rubric, "fail", f"/{config['pattern']}/ found.", issues, hits[0][0].span_id)
@@ -304,7 +312,7 @@ def _check_jsonpath(rubric: dict, trace: TraceView, config: dict, node: str) -> 
             quote = _opening(span, config["field"]) if value is None else _clip(
                 value if isinstance(value, str) else dump(value))
             failures.append(JudgeIssue(
-                title=f"{rubric.get('name') or 'Rubric'}: {config['path']} {check} failed in {span.name}",
+                title=_violating(f"{config['path']} {check} fails in {span.name}", rubric),
                 detail=("nothing matched " + config["path"]) if value is None else f"{config['path']} = {quote}",
                 severity="medium", evidence=[Evidence(span.span_id, quote)]))
     if not failures:

@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import html
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from diagnosis.models import Insight, InsightOccurrence
 from traces.models import Trace
+
+from .links import insight_url, span_url
 
 FINGERPRINT_COMMENT = "<!-- clear-fingerprint: {} -->"
 FINGERPRINT_RE = re.compile(r"<!--\s*clear-fingerprint:\s*([0-9a-zA-Z_-]{8,64})\s*-->")
 EVIDENCE_MAX = 8  # quotes in a body, one per trace first
 QUOTE_MAX_CHARS = 600
 TRACES_MAX = 25  # affected traces listed to reproduce
+EVIDENCE_LINKS = 3  # evidence spans linked (absolute URLs into the trace viewer)
 # With [ and ] escaped no link or image can form, so ( ) and ! stay readable.
 _MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]#|~])")
 
@@ -49,12 +52,34 @@ class Content:
     evidence: list[dict]
     traces: list[dict]
     trace_total: int
+    judged_count: int = 0
+    releases: dict = field(default_factory=dict)
+    nodes: list[dict] = field(default_factory=list)
+    suggested_fix: dict = field(default_factory=dict)
+
+
+def _nodes(insight: Insight) -> list[dict]:
+    """Where the pattern shows: its nodes by statements; a system insight's node insights (InsightLink) too."""
+    from diagnosis.models import InsightLink
+
+    linked = {}
+    if insight.level == Insight.Level.SYSTEM:
+        for link in (InsightLink.objects.filter(system=insight).select_related("node")
+                     .order_by("-shared", "node_id")):
+            linked.setdefault(link.node.node, link.node)
+    counts = dict(insight.affected_nodes or {}) or ({insight.node: insight.count} if insight.node else {})
+    names = list(counts) + [n for n in linked if n not in counts]
+    return [{"node": n, "statements": counts.get(n, 0), "insight_id": linked[n].pk if n in linked else None,
+             "title": linked[n].title if n in linked else ""} for n in names]
 
 
 def content_collect(*, insight: Insight) -> Content:
-    """Evidence quotes (newest run first, one per trace before a second from the same trace) and the traces the
-    insight occurred in (newest run first), with their task ids and releases."""
+    """Evidence quotes (newest run first, one per trace before a second from the same trace), the traces the
+    insight occurred in (newest run first) with their task ids and releases, its judged traces and releases, its
+    nodes, and the suggested fix drawn from its evidence."""
     from diagnosis.selectors import insight_evidence_list
+
+    from .fix import suggested_fix
 
     rows = list(insight_evidence_list(project=insight.project, insight=insight)[:200])
     first, more, seen = [], [], set()
@@ -65,17 +90,26 @@ def content_collect(*, insight: Insight) -> Content:
                  "span_id": e.span_id, "quote": e.quote, "statement": e.statement_text}
                 for e in (first + more)[:EVIDENCE_MAX]]
     trace_ids: list[str] = []
+    releases: dict[str, int] = {}
+    judged = 0
     occurrences = InsightOccurrence.objects.filter(insight=insight).order_by("-run__created_at", "-pk")
-    for ids in occurrences.values_list("trace_ids", flat=True):
-        trace_ids.extend(t for t in ids or [] if t not in trace_ids)
+    for occurrence in occurrences.only("trace_ids", "releases", "judged", "run_id"):
+        trace_ids.extend(t for t in occurrence.trace_ids or [] if t not in trace_ids)
+        for release, count in (occurrence.releases or {}).items():
+            releases.setdefault(release, count)  # the newest run that judged the release counts
+        if occurrence.run_id == insight.last_run_id:
+            judged = occurrence.judged
     found = {t.trace_id: t for t in Trace.objects.filter(project_id=insight.project_id,
                                                           trace_id__in=trace_ids[:TRACES_MAX])}
     traces = [{"trace_id": t.trace_id, "task_id": t.task_id, "release": t.release, "outcome": t.outcome or ""}
               for t in (found.get(i) for i in trace_ids[:TRACES_MAX]) if t is not None]
-    return Content(evidence=evidence, traces=traces, trace_total=len(trace_ids))
+    return Content(evidence=evidence, traces=traces, trace_total=len(trace_ids), judged_count=judged,
+                   releases=dict(sorted(releases.items())), nodes=_nodes(insight),
+                   suggested_fix=suggested_fix(insight=insight, evidence=first + more))
 
 
-def _percent(value: float | None) -> str:
+def percent(value: float | None) -> str:
+    """A share as people read it: 27.3%, never 0.2727272727272727."""
     return "n/a" if value is None else f"{100 * value:.1f}%"
 
 
@@ -86,26 +120,61 @@ def _lift(low: float | None, value: float | None, high: float | None) -> str:
     return f"{value:.2f}×{interval}: failure rate of traces with the issue over traces without it"
 
 
+def _link(text: str, url: str) -> str:
+    """A Markdown link to one of Clear's pages; the URL is ours (links.py), the text is escaped."""
+    return f"[{md_escape(text)}]({url})"
+
+
+def _nodes_line(ticket) -> str:
+    parts = []
+    for item in ticket.nodes:
+        text = f"{md_escape(item['node'])} ({item['statements']} statements)"
+        if item.get("insight_id"):
+            url = insight_url(slug=ticket.project.slug, insight_id=item["insight_id"])
+            text += f": {_link(item['title'] or 'node insight', url)}"
+        parts.append(text)
+    return "; ".join(parts) or (md_escape(ticket.node) or "—")
+
+
 def body_render(*, ticket) -> str:
     """The ticket's Markdown body from its copied fields (see Ticket)."""
+    slug = ticket.project.slug
     node = md_escape(ticket.node) if ticket.node else "— (system level: across nodes)"
-    frequency = _percent(ticket.frequency)
+    judged = f" of {ticket.judged_count} judged" if ticket.judged_count else ""
+    releases = ", ".join(f"{md_escape(r) or '—'} ({n} traces)" for r, n in ticket.releases.items()) or "—"
     lines = [
         FINGERPRINT_COMMENT.format(ticket.fingerprint),
         "## What happens",
         "",
         md_escape(ticket.description) or md_escape(ticket.title),
         "",
+    ]
+    if ticket.insight_id:
+        lines += [f"**Insight:** {insight_url(slug=slug, insight_id=ticket.insight_id)}", ""]
+    if ticket.failure_association == "not_associated":
+        lines += [("> **Not associated with failure:** traces with this pattern fail about as often as traces "
+                   "without it (the lift interval includes 1). Kept open as it was; check it matters before "
+                   "working on it."), ""]
+    lines += [
         f"- **Node:** {node}",
         f"- **Level:** {md_escape(ticket.level)} · **Severity:** {md_escape(ticket.severity)}",
-        f"- **Frequency:** {frequency} of judged traces ({ticket.trace_count} traces in the latest run)",
+        f"- **Frequency:** {percent(ticket.frequency)} of judged traces",
+        (f"- **Counts:** {ticket.statement_count} statements · {ticket.trace_count} traces{judged} (in the run "
+         "the figures come from)"),
         f"- **Lift:** {_lift(ticket.lift_low, ticket.lift, ticket.lift_high)}",
+        f"- **Affected nodes:** {_nodes_line(ticket)}",
+        f"- **Releases:** {releases}",
     ]
     if ticket.first_seen and ticket.last_seen:
         # Dates only: the body (and the pushed issue) should change when the problem does, not at every run.
         lines.append(f"- **First seen:** {ticket.first_seen:%Y-%m-%d} · **last seen:** {ticket.last_seen:%Y-%m-%d}")
     if ticket.merged_into_id:
-        lines.append(f"- **Merged into ticket {ticket.merged_into_id}**: the pattern is tracked there.")
+        target = ticket.merged_into
+        if ticket.level == "node" and target is not None and target.level == "system":
+            lines.append(f"- **Duplicate of ticket {ticket.merged_into_id}**: the problem spans several nodes and is "
+                         "tracked there, at system level.")
+        else:
+            lines.append(f"- **Merged into ticket {ticket.merged_into_id}**: the pattern is tracked there.")
     lines += ["", "## Evidence", ""]
     if not ticket.evidence:
         lines.append("_No verified quote yet._")
@@ -114,6 +183,12 @@ def body_render(*, ticket) -> str:
                  f"{md_escape(item['task_id']) or '—'}, release {md_escape(item['release']) or '—'}")
         lines += [md_quote(item["quote"] or item["statement"]), "",
                   f"— {where}: {md_escape(item['statement'])}", ""]
+    if ticket.evidence:
+        lines += ["Open the evidence in Clear:", ""]
+        for item in ticket.evidence[:EVIDENCE_LINKS]:
+            url = span_url(slug=slug, trace_id=item["trace_id"], span_id=item["span_id"])
+            lines.append(f"- {_link('trace {trace_id}, span {span_id}'.format(**item), url)}")
+        lines.append("")
     lines += ["## Reproduce", "", "Affected traces (newest run first):", "",
               "| trace id | task id | release | outcome |", "| --- | --- | --- | --- |"]
     for t in ticket.traces:
@@ -121,8 +196,12 @@ def body_render(*, ticket) -> str:
                      f"{md_escape(t['release']) or '—'} | {md_escape(t['outcome']) or '—'} |")
     if ticket.trace_total > len(ticket.traces):
         lines += ["", f"…and {ticket.trace_total - len(ticket.traces)} more traces."]
-    lines += ["", "## Suggested fix", "",
-              f"**Likely root cause:** {md_escape(ticket.root_cause) or 'unknown'}", "",
-              f"**Recommendation:** {md_escape(ticket.recommendation) or '—'}", "",
+    fix = ticket.suggested_fix or {}
+    lines += ["", "## Suggested fix", "", md_escape(fix.get("text") or ticket.recommendation) or "—", ""]
+    if fix.get("span_id"):
+        url = span_url(slug=slug, trace_id=fix["trace_id"], span_id=fix["span_id"])
+        lines += [f"Where it fires: {_link('trace {trace_id}, span {span_id}'.format(**fix), url)}", ""]
+    # The offline recommendation restates the statements, so the fix drawn from the evidence replaces it (fix.py).
+    lines += [f"**Likely root cause:** {md_escape(ticket.root_cause) or 'unknown'}", "",
               f"<sub>Made by Clear from insight {ticket.insight_id or '(deleted)'}; status: {ticket.status}.</sub>"]
     return "\n".join(lines) + "\n"

@@ -1,5 +1,9 @@
 """The bug list as Markdown, CSV or JSON: the project's tickets (unresolved ones by default) with their evidence.
 
+Every ticket carries absolute links (CLEAR_PUBLIC_URL, links.py): `url`, its insight's page, and `evidence_urls`,
+the trace viewer at its first evidence spans; frequencies are percentages ("27.3%"; JSON also keeps the share,
+rounded).
+
 CSV cells that a spreadsheet would run as a formula (starting with =, +, -, @, tab or carriage return) are prefixed
 with an apostrophe: trace content is untrusted. Markdown bodies are escaped when they are made (body.py).
 """
@@ -15,28 +19,46 @@ from django.utils import timezone
 
 from clear.projects.models import Project
 
-from .body import md_escape
+from .body import EVIDENCE_LINKS, md_escape, percent
 from .errors import TicketInvalidError
+from .links import insight_url, span_url
 from .models import Ticket
 from .selectors import ticket_list
 
 OUTPUTS = ("md", "csv", "json")
 CONTENT_TYPES = {"md": "text/markdown; charset=utf-8", "csv": "text/csv; charset=utf-8",
                  "json": "application/json"}
-CSV_COLUMNS = ("id", "fingerprint", "status", "title", "level", "node", "severity", "frequency", "trace_count",
-               "lift", "lift_low", "lift_high", "insight_id", "trace_ids", "task_ids", "releases", "evidence",
-               "root_cause", "recommendation", "external_url", "first_seen", "last_seen", "updated_at")
+CSV_COLUMNS = ("id", "fingerprint", "status", "title", "url", "description", "level", "node", "nodes", "severity",
+               "frequency", "statement_count", "trace_count", "judged_count", "lift", "lift_low", "lift_high",
+               "failure_association", "insight_id", "trace_ids", "task_ids", "releases", "evidence", "evidence_urls",
+               "suggested_fix", "root_cause", "recommendation", "external_url", "first_seen", "last_seen",
+               "updated_at")
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 _SAFE_URL = re.compile(r"^https?://[^\s()<>\[\]]+$")
 
 
+def _url(ticket: Ticket) -> str:
+    return insight_url(slug=ticket.project.slug, insight_id=ticket.insight_id) if ticket.insight_id else ""
+
+
+def _evidence_urls(ticket: Ticket) -> list[str]:
+    return [span_url(slug=ticket.project.slug, trace_id=e["trace_id"], span_id=e["span_id"])
+            for e in ticket.evidence[:EVIDENCE_LINKS]]
+
+
 def ticket_record(ticket: Ticket) -> dict:
-    """One ticket as plain data (the JSON export's and the API's shape)."""
+    """One ticket as plain data (the JSON export's shape)."""
     return {
         "id": ticket.pk, "fingerprint": ticket.fingerprint, "status": ticket.status, "title": ticket.title,
-        "level": ticket.level, "node": ticket.node, "severity": ticket.severity, "insight_id": ticket.insight_id,
+        "url": _url(ticket), "evidence_urls": _evidence_urls(ticket),
+        "level": ticket.level, "node": ticket.node, "nodes": ticket.nodes, "severity": ticket.severity,
+        "insight_id": ticket.insight_id,
         "description": ticket.description, "root_cause": ticket.root_cause, "recommendation": ticket.recommendation,
-        "frequency": ticket.frequency, "trace_count": ticket.trace_count, "lift": ticket.lift,
+        "suggested_fix": (ticket.suggested_fix or {}).get("text") or ticket.recommendation,
+        "frequency": round(ticket.frequency, 4), "frequency_percent": percent(ticket.frequency),
+        "statement_count": ticket.statement_count, "trace_count": ticket.trace_count,
+        "judged_count": ticket.judged_count, "releases": ticket.releases,
+        "failure_association": ticket.failure_association, "lift": ticket.lift,
         "lift_low": ticket.lift_low, "lift_high": ticket.lift_high,
         "first_seen": ticket.first_seen.isoformat() if ticket.first_seen else None,
         "last_seen": ticket.last_seen.isoformat() if ticket.last_seen else None,
@@ -66,9 +88,12 @@ def _csv(tickets: list[Ticket]) -> str:
     writer.writerow(CSV_COLUMNS)
     for t in tickets:
         record = ticket_record(t)
+        record["frequency"] = record["frequency_percent"]
+        record["nodes"] = " ".join(n["node"] for n in t.nodes) or t.node
         record["trace_ids"] = " ".join(x["trace_id"] for x in t.traces)
         record["task_ids"] = " ".join(sorted({x["task_id"] for x in t.traces if x["task_id"]}))
-        record["releases"] = " ".join(sorted({x["release"] for x in t.traces if x["release"]}))
+        record["releases"] = " ".join(sorted(t.releases) or sorted({x["release"] for x in t.traces if x["release"]}))
+        record["evidence_urls"] = " ".join(record["evidence_urls"])
         record["evidence"] = json.dumps([{k: e[k] for k in ("trace_id", "span_id", "quote")} for e in t.evidence],
                                         ensure_ascii=False)
         writer.writerow([_cell(record[c]) for c in CSV_COLUMNS])
@@ -82,13 +107,16 @@ def _markdown(project: Project, tickets: list[Ticket], status: str) -> str:
         lines += ["| ticket | status | node | severity | frequency | lift |", "| --- | --- | --- | --- | --- | --- |"]
     for t in tickets:
         lift = "n/a" if t.lift is None else f"{t.lift:.2f}×"
-        lines.append(f"| {t.pk}: {md_escape(t.title)} | {t.status} | {md_escape(t.node) or 'system'} | "
-                     f"{t.severity} | {100 * t.frequency:.1f}% | {lift} |")
+        url = _url(t)
+        title = f"[{md_escape(t.title)}]({url})" if url else md_escape(t.title)
+        where = md_escape(t.node) or md_escape(", ".join(n["node"] for n in t.nodes)) or "system"
+        lines.append(f"| {t.pk}: {title} | {t.status} | {where} | {t.severity} | {percent(t.frequency)} | {lift} |")
     for t in tickets:
         safe_url = _SAFE_URL.match(t.external_url or "")
         external = f" ([issue {t.external_number}]({t.external_url}))" if safe_url else ""
         lines += ["", "---", "", f"# Ticket {t.pk}: {md_escape(t.title)}{external}", "",
-                  f"Status: **{t.status}**", "", t.body.replace("\n## ", "\n### ")]
+                  f"Status: **{t.status}**" + (f" · [open in Clear]({_url(t)})" if t.insight_id else ""), "",
+                  t.body.replace("\n## ", "\n### ")]
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -97,7 +125,8 @@ def tickets_export(*, project: Project, output: str, status: str = "open") -> st
     "all", or one status."""
     if output not in OUTPUTS:
         raise TicketInvalidError(f"output must be one of {', '.join(OUTPUTS)}; got {output!r}")
-    tickets = list(ticket_list(project=project, status=status).order_by("-frequency", "pk"))
+    tickets = list(ticket_list(project=project, status=status).select_related("project")
+                   .order_by("-frequency", "pk"))
     if output == "csv":
         return _csv(tickets)
     if output == "json":

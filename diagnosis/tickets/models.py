@@ -44,6 +44,16 @@ class Ticket(models.Model):
                                 help_text="[{trace_id, task_id, release, span_id, quote, statement}]")
     traces = models.JSONField(default=list, blank=True, help_text="[{trace_id, task_id, release, outcome}]")
     trace_total = models.PositiveIntegerField(default=0, help_text="affected traces, of which `traces` lists some")
+    statement_count = models.PositiveIntegerField(default=0, help_text="judges' statements of the pattern")
+    judged_count = models.PositiveIntegerField(default=0, help_text="judged traces of the run the figures come from")
+    nodes = models.JSONField(default=list, blank=True,
+                             help_text="[{node, statements, insight_id, title}]: a system ticket's nodes")
+    releases = models.JSONField(default=dict, blank=True, help_text="{release: traces with the pattern}")
+    failure_association = models.CharField(max_length=16, blank=True, help_text="as Insight.failure_association")
+    suggested_fix = models.JSONField(default=dict, blank=True,
+                                     help_text="{text, source, trace_id, span_id}: see diagnosis/tickets/fix.py")
+    # A wont_fix ticket that points to another: its insight was merged into that one's, or (a node ticket pointing
+    # to a system ticket) the problem is tracked at system level, where it spans nodes.
     merged_into = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
 
     # The issue on the tracker, once pushed.

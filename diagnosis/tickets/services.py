@@ -5,6 +5,15 @@ ticket open ↔ insight open, in_progress ↔ acknowledged, fixed ↔ fixed, won
 A ticket set to fixed marks its insight fixed through the insights service; an insight that changes status (a
 person's decision, or a fixed pattern that recurs in a later run) calls `ticket_sync_from_insight`.
 Rejected insights and "other" buckets get no ticket; an insight merged into another closes its ticket as wont_fix.
+
+One problem, one ticket:
+* A node insight that is part of a system insight (an InsightLink to a system insight that gets a ticket) gets no
+  ticket: the system ticket lists its nodes. A ticket such a node insight already has is closed as a duplicate
+  (wont_fix, `merged_into` the system ticket), not re-pointed: its fingerprint (the identity a pushed issue is found
+  by) stays the node pattern's, and the pushed issue closes as not planned with a pointer to the system ticket. If
+  the node insight leaves the system insight later, its ticket reopens in step with the insight.
+* An insight not associated with failure (`Insight.failure_association`, lift interval includes 1) gets no ticket
+  unless settings.CLEAR_TICKET_NOT_ASSOCIATED; an existing ticket is left as it is and says so in its body.
 """
 
 from __future__ import annotations
@@ -14,11 +23,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from clear.projects.models import Project
-from diagnosis.models import Insight
+from diagnosis.models import Insight, InsightLink
 
 from .body import body_render, content_collect, plain_title
 from .errors import IssueTrackerInvalidError, TicketInvalidError, TicketNotFoundError
@@ -44,6 +54,7 @@ class SyncSummary:
     unchanged: list[int] = field(default_factory=list)
     reopened: list[int] = field(default_factory=list)
     closed_merged: list[int] = field(default_factory=list)
+    closed_duplicate: list[int] = field(default_factory=list)
 
     def as_dict(self) -> dict:
         return {name: len(getattr(self, name)) for name in self.__dataclass_fields__}
@@ -51,7 +62,24 @@ class SyncSummary:
 
 def _ticketable(insight: Insight) -> bool:
     return (not insight.is_other and insight.review != Insight.Review.REJECTED and bool(insight.fingerprint)
-            and insight.merged_into_id is None)
+            and insight.merged_into_id is None
+            and (insight.failure_association != "not_associated"
+                 or getattr(settings, "CLEAR_TICKET_NOT_ASSOCIATED", False)))
+
+
+def _system_of(insight: Insight) -> Insight | None:
+    """The system insight (problem) a node insight is part of, when that one gets a ticket: the link holding most
+    of the node insight's statements. Any link counts, as on the overview (frontend top_insights)."""
+    if insight.level != Insight.Level.NODE:
+        return None
+    links = (InsightLink.objects.filter(node=insight, system__project_id=insight.project_id)
+             .select_related("system").order_by("-share", "-shared", "system_id"))
+    return next((link.system for link in links if _ticketable(link.system)), None)
+
+
+def _system_first(insights: Iterable[Insight]) -> list[Insight]:
+    """System insights first, so that a system ticket exists before its node insights' tickets point to it."""
+    return sorted(insights, key=lambda i: (i.level != Insight.Level.SYSTEM, i.pk))
 
 
 def _find(insight: Insight) -> Ticket | None:
@@ -77,7 +105,9 @@ def _refresh(ticket: Ticket, insight: Insight) -> list[str]:
     values["title"] = plain_title(f"[{insight.node or 'system'}] {insight.title}")
     content = content_collect(insight=insight)
     values.update(evidence=content.evidence, traces=content.traces, trace_total=content.trace_total,
-                  insight=insight)
+                  insight=insight, statement_count=insight.count, failure_association=insight.failure_association,
+                  judged_count=content.judged_count, releases=content.releases, nodes=content.nodes,
+                  suggested_fix=content.suggested_fix)
     for name, value in values.items():
         if getattr(ticket, name) != value:
             setattr(ticket, name, value)
@@ -98,8 +128,9 @@ def _save(ticket: Ticket, changed: list[str]) -> None:
 
 def _sync_one(insight: Insight, summary: SyncSummary, now) -> Ticket | None:
     ticket = _find(insight)
+    system = _system_of(insight)
     if ticket is None:
-        if not _ticketable(insight):
+        if not _ticketable(insight) or system is not None:
             return None
         ticket = Ticket(project_id=insight.project_id, fingerprint=insight.fingerprint,
                         status=TICKET_OF_INSIGHT[insight.status], status_changed_at=now)
@@ -114,8 +145,14 @@ def _sync_one(insight: Insight, summary: SyncSummary, now) -> Ticket | None:
             return ticket
     if insight.merged_into_id:
         return _close_merged(ticket, insight, summary, now)
+    if system is not None:
+        return _close_duplicate(ticket, insight, system, summary, now)
     was_closed = ticket.is_closed
     changed = _refresh(ticket, insight)
+    if ticket.merged_into_id and ticket.merged_into.level == Insight.Level.SYSTEM and ticket.level == "node":
+        # It was a duplicate of a system ticket whose problem no longer holds this node insight: its own again.
+        ticket.merged_into = None
+        changed.append("merged_into")
     if _set_status(ticket, TICKET_OF_INSIGHT[insight.status], now):
         changed += ["status", "status_changed_at", "reopen_count"]
         if was_closed and not ticket.is_closed:
@@ -136,6 +173,23 @@ def _close_merged(ticket: Ticket, insight: Insight, summary: SyncSummary, now) -
     _save(ticket, changed)
     if changed:
         summary.closed_merged.append(ticket.pk)
+    return ticket
+
+
+def _close_duplicate(ticket: Ticket, insight: Insight, system: Insight, summary: SyncSummary, now) -> Ticket:
+    """The node insight's problem is tracked by the system insight's ticket (made here if need be)."""
+    target = _find(system) or _sync_one(system, summary, now)
+    changed = _refresh(ticket, insight)
+    if target is not None and ticket.merged_into_id != target.pk and target.pk != ticket.pk:
+        ticket.merged_into = target
+        changed.append("merged_into")
+    if _set_status(ticket, Ticket.Status.WONT_FIX, now):
+        changed += ["status", "status_changed_at"]
+    _save(ticket, changed)
+    if changed:
+        summary.closed_duplicate.append(ticket.pk)
+    else:
+        summary.unchanged.append(ticket.pk)
     return ticket
 
 
@@ -165,11 +219,11 @@ def ticket_sync_for_insights(*, project: Project, insights: Iterable[Insight] | 
     with transaction.atomic():
         # One writer of a project's tickets at a time (the insights build holds this lock while it writes).
         Project.objects.select_for_update().filter(pk=project.pk).first()
-        for insight in insights:
+        for insight in _system_first(insights):
             if insight.project_id != project.pk:
                 raise TicketInvalidError(f"Insight {insight.pk} is not in project {project.pk}")
             _sync_one(insight, summary, now)
-        if summary.created or summary.updated:
+        if summary.created or summary.updated or summary.closed_duplicate:
             _push_soon(project.pk)
     return summary
 
@@ -181,7 +235,7 @@ def ticket_sync_from_insight(*, insight: Insight) -> Ticket | None:
         Project.objects.select_for_update().filter(pk=insight.project_id).first()
         summary = SyncSummary()
         ticket = _sync_one(Insight.objects.get(pk=insight.pk), summary, timezone.now())
-        if summary.created or summary.updated:
+        if summary.created or summary.updated or summary.closed_duplicate:
             _push_soon(insight.project_id)
     return ticket
 

@@ -114,6 +114,10 @@ def test_regex_rubrics():
     forbidden = _check(_rubric("regex", {"pattern": "ITEM a", "expect": "absent", "ignore_case": True,
                                          "spans": {"node": "writer"}}))
     assert forbidden.verdict == "fail" and forbidden.issues[0].evidence[0].quote == "item A"
+    # Titled by the violation, then the rubric it breaks (the rubric's name states the expected behaviour).
+    assert forbidden.issues[0].title.startswith("Forbidden text in ")
+    assert forbidden.issues[0].title.endswith(", violating \u201cregex\u201d")
+    assert missing.issues[0].title.startswith("Expected text is missing from ")
     # Without a node or selector the root span (the final answer) is checked.
     assert _check(_rubric("regex", {"pattern": "Done"})).verdict == "pass"
 

@@ -12,7 +12,7 @@ from diagnosis.tickets.export import _cell, tickets_export
 from diagnosis.tickets.models import Ticket
 from diagnosis.tickets.services import ticket_status_set, ticket_sync_for_insights
 from tests.diagnosis.insights.conftest import TOUCHED_BY, insight_for_tasks
-from tests.tickets.conftest import ticket_of
+from tests.tickets.conftest import ticket_of, tracked
 
 pytestmark = pytest.mark.django_db
 
@@ -22,7 +22,7 @@ SCRIPT = '<script>alert("pwned")</script> [click](javascript:alert(1)) ![x](http
 @pytest.fixture
 def desk_tickets(project, desk_run):
     """The desk's tickets, one of them closed (wont_fix), one citing a hostile quote."""
-    hostile = insight_for_tasks(project, "planner", TOUCHED_BY["misroute"], desk_run)
+    hostile = tracked(insight_for_tasks(project, "planner", TOUCHED_BY["misroute"], desk_run))
     InsightEvidence.objects.filter(insight=hostile).update(quote=SCRIPT)
     ticket_sync_for_insights(project=project)
     closed = Ticket.objects.filter(project=project).exclude(insight=hostile).order_by("pk").first()
@@ -70,7 +70,7 @@ def test_csv_holds_every_open_ticket_with_its_evidence(project, desk_tickets):
         evidence = json.loads(row["evidence"])
         assert [(e["trace_id"], e["span_id"], e["quote"]) for e in evidence] == \
                [(e["trace_id"], e["span_id"], e["quote"]) for e in ticket.evidence] != []
-        assert float(row["frequency"]) == pytest.approx(ticket.frequency)
+        assert row["frequency"] == f"{100 * ticket.frequency:.1f}%"
     (row,) = [r for r in rows if int(r["id"]) == hostile.pk]
     assert set(row["task_ids"].split()) == TOUCHED_BY["misroute"]
     assert all(e["quote"] == SCRIPT for e in json.loads(row["evidence"]))  # data, for the reader to escape
@@ -103,6 +103,36 @@ def test_the_export_command_writes_each_format(project, desk_tickets, tmp_path):
     out = io.StringIO()
     call_command("export_tickets", project=project.name, output="csv", stdout=out)
     assert out.getvalue().startswith("id,fingerprint,status,title")
+
+
+def test_each_format_links_every_ticket_to_its_insight_with_percentages_and_description(project, desk_tickets,
+                                                                                        settings):
+    settings.CLEAR_PUBLIC_URL = "https://clear.example.com/"  # a trailing slash is not doubled
+    ticket_sync_for_insights(project=project)  # bodies carry the links too
+    tickets = list(Ticket.objects.filter(project=project, status__in=["open", "in_progress"]))
+    base = f"https://clear.example.com/p/{project.slug}"
+    markdown = tickets_export(project=project, output="md")
+    rows = {int(r["id"]): r for r in csv.DictReader(io.StringIO(tickets_export(project=project, output="csv")))}
+    records = {t["id"]: t for t in json.loads(tickets_export(project=project, output="json"))["tickets"]}
+    for ticket in tickets:
+        url = f"{base}/insights/{ticket.insight_id}/"
+        percent = f"{100 * ticket.frequency:.1f}%"
+        assert f"]({url})" in markdown and f"| {percent} |" in markdown
+        assert f"**Insight:** {url}" in ticket.body and f"**Frequency:** {percent} of judged traces" in ticket.body
+        row, record = rows[ticket.pk], records[ticket.pk]
+        assert row["url"] == record["url"] == url
+        assert row["frequency"] == record["frequency_percent"] == percent
+        assert record["frequency"] == round(ticket.frequency, 4) and len(str(record["frequency"])) <= 6
+        assert row["description"] == record["description"] == ticket.description != ""
+        assert ticket.description.replace("_", "\\_")[:40] in markdown
+        assert row["statement_count"] == str(record["statement_count"]) == str(ticket.statement_count)
+        assert int(row["judged_count"]) == record["judged_count"] == 22
+        spans = record["evidence_urls"]
+        assert len(spans) == 3 and all(u.startswith(f"{base}/traces/") and "?span=" in u for u in spans)
+        assert row["evidence_urls"].split() == spans
+        assert all(f"]({u})" in ticket.body for u in spans)
+        assert record["suggested_fix"] and not record["suggested_fix"].startswith("Fix the behaviour")
+    assert "0.27272" not in markdown + json.dumps(records) + "".join(r["frequency"] for r in rows.values())
 
 
 def test_csv_cells_that_would_run_as_formulas_are_quoted():

@@ -14,7 +14,7 @@ from diagnosis.tickets.models import IssueTrackerConnection, Ticket
 from diagnosis.tickets.push import tickets_push
 from diagnosis.tickets.services import issue_tracker_connect, ticket_status_set, ticket_sync_for_insights
 from tests.diagnosis.insights.conftest import TOUCHED_BY, diagnose, insight_for_tasks
-from tests.tickets.conftest import ticket_of
+from tests.tickets.conftest import ticket_of, tracked
 
 pytestmark = pytest.mark.django_db
 
@@ -55,7 +55,7 @@ def test_one_issue_per_ticket_across_pushes_updated_on_change_closed_when_fixed(
     assert github.requests == [] and len(github.clear_issues()) == len(tickets)
 
     # Fixed: the insight follows and the issue closes as completed; won't fix closes as not planned.
-    fixed = ticket_of(insight_for_tasks(project, "planner", TOUCHED_BY["misroute"], desk_run))
+    fixed = ticket_of(tracked(insight_for_tasks(project, "planner", TOUCHED_BY["misroute"], desk_run)))
     ticket_status_set(project=project, ticket=fixed, status="fixed")
     dropped = Ticket.objects.filter(project=project).exclude(pk=fixed.pk).order_by("pk").first()
     ticket_status_set(project=project, ticket=dropped, status="wont_fix")

@@ -10,13 +10,13 @@ from diagnosis.tickets.body import md_escape
 from diagnosis.tickets.models import Ticket
 from diagnosis.tickets.services import ticket_status_set, ticket_sync_for_insights
 from tests.diagnosis.insights.conftest import BUG_NODE, TOUCHED_BY, diagnose, insight_for_tasks
-from tests.tickets.conftest import ticket_of, ticketable
+from tests.tickets.conftest import ticket_of, ticketable, tracked
 
 pytestmark = pytest.mark.django_db
 
 
 def test_the_build_makes_one_ticket_per_insight_with_what_reproduces_it(project, desk_run):
-    insights = list(ticketable(project))
+    insights = ticketable(project)
     tickets = Ticket.objects.filter(project=project)
     assert len(insights) >= 3 and tickets.count() == len(insights)
     assert sorted(tickets.values_list("insight_id", flat=True)) == [i.pk for i in insights]
@@ -29,18 +29,26 @@ def test_the_build_makes_one_ticket_per_insight_with_what_reproduces_it(project,
         assert ticket.node == insight.node and ticket.level == insight.level
 
     for bug, tasks in TOUCHED_BY.items():
-        insight = insight_for_tasks(project, BUG_NODE[bug], tasks, desk_run)
+        insight = tracked(insight_for_tasks(project, BUG_NODE[bug], tasks, desk_run))
         ticket = ticket_of(insight)
         assert {t["task_id"] for t in ticket.traces} == tasks and ticket.trace_total == len(tasks)
         assert {t["release"] for t in ticket.traces} == {"r1"} and ticket.evidence
         body = ticket.body
         for section in ("## What happens", "## Evidence", "## Reproduce", "## Suggested fix"):
             assert section in body
-        assert f"**Node:** {BUG_NODE[bug]}".replace("_", "\\_") in body
+        node = BUG_NODE[bug].replace("_", "\\_")
+        assert (f"**Node:** {node}" if insight.level == "node" else "**Affected nodes:** ") in body
+        assert f"{node} (" in body.split("**Affected nodes:** ")[1].split("\n")[0]
         assert f"{100 * insight.frequency:.1f}% of judged traces" in body and f"{insight.lift:.2f}×" in body
+        assert f"**Counts:** {insight.count} statements · {insight.trace_count} traces of 22 judged" in body
+        assert f"(http://127.0.0.1:8000/p/{project.slug}/insights/{insight.pk}/)" not in body  # bare, not a link
+        assert f"**Insight:** http://127.0.0.1:8000/p/{project.slug}/insights/{insight.pk}/" in body
+        assert body.count(f"](http://127.0.0.1:8000/p/{project.slug}/traces/") >= 4  # 3 evidence spans + the fix
         for trace in ticket.traces:
             assert f"| {trace['trace_id']} | {md_escape(trace['task_id'])} | r1 |" in body
-        assert f"**Recommendation:** {md_escape(insight.recommendation)}" in body
+        # Offline, the fix names what fired and where, instead of restating the statements.
+        assert ticket.suggested_fix["source"] in ("rubric", "rule") and ticket.suggested_fix["span_id"]
+        assert md_escape(ticket.suggested_fix["text"]) in body and "Fix the behaviour" not in body
         assert f"**Likely root cause:** {md_escape(insight.root_cause)}" in body
         for item in ticket.evidence:
             assert item["trace_id"] in {t["trace_id"] for t in ticket.traces}
@@ -63,7 +71,7 @@ def test_running_the_diagnosis_again_makes_no_duplicate_ticket(project, desk_run
 
 
 def test_a_ticket_fixed_fixes_its_insight_and_a_recurrence_reopens_both(project, desk_run):
-    insight = insight_for_tasks(project, "planner", TOUCHED_BY["misroute"], desk_run)
+    insight = tracked(insight_for_tasks(project, "planner", TOUCHED_BY["misroute"], desk_run))
     ticket = ticket_of(insight)
 
     ticket = ticket_status_set(project=project, ticket=ticket, status="in_progress")
@@ -99,7 +107,7 @@ def test_a_ticket_fixed_fixes_its_insight_and_a_recurrence_reopens_both(project,
 def test_rejected_and_merged_insights(project, desk_run):
     billing = list(Insight.objects.filter(project=project, level="node", node="billing_worker", is_other=False)
                    .order_by("pk"))
-    rejected = insight_for_tasks(project, "planner", TOUCHED_BY["misroute"], desk_run)
+    rejected = tracked(insight_for_tasks(project, "planner", TOUCHED_BY["misroute"], desk_run))
     insight_reject(project=project, insight=rejected)
     Ticket.objects.filter(insight=rejected).delete()
     ticket_sync_for_insights(project=project)

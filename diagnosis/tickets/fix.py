@@ -1,0 +1,97 @@
+"""A ticket's suggested fix, drawn from what fired.
+
+With a model (insight.naming_source == "llm") the namer's recommendation is the fix: it read the statements. Without
+one, restating the statements ("fix the behaviour that makes judges report …") tells a developer nothing new, so the
+fix names the check that failed most often among the insight's evidence, what that check demands (a rubric's
+configuration, a rule's known remedy) and the span it fired on, which the body links to.
+
+Returns plain text plus the span: {"text", "source": "llm" | "rubric" | "rule" | "judge" | "", "trace_id",
+"span_id"}. Names and statements in it are untrusted; body.py escapes them.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from diagnosis.models import Feedback, Insight, Rubric
+from traces.models import Span
+
+# What each rule judge (diagnosis/judges/rules.py) demands, as a remedy.
+RULE_REMEDIES = {
+    "rule.span_error": "Find why that step raises and handle the error where it occurs (or stop the step from "
+                       "being taken when its input is invalid).",
+    "rule.tool_error": "Make the tool call valid, or handle the tool's error: retry only transient errors, with "
+                       "back-off, and report the failure instead of going on as if the call had worked.",
+    "rule.exit_code": "Find why the command exits non-zero and handle that exit code before going on.",
+    "rule.repeated_tool_call": "Do not repeat a call with identical arguments: after an error or an unchanged "
+                               "result, back off, change the arguments or give up and say so.",
+    "rule.loop": "Break the loop: cap the iterations and change course when a step repeats without progress.",
+    "rule.empty_output": "Make the step produce an output, or fail it explicitly when it has nothing to say.",
+    "rule.truncated_output": "Raise the output limit of that call or ask for a shorter answer, so that it is not "
+                             "cut off.",
+    "rule.latency_outlier": "Find what makes that step slow in these traces (a retry, a large input, a slow "
+                            "dependency) and bound it.",
+    "rule.token_outlier": "Find what inflates that step's tokens in these traces (a growing context, a repeated "
+                          "document) and trim its input.",
+}
+
+
+def _names(value) -> str:
+    items = value if isinstance(value, list) else [value]
+    return " or ".join(str(v) for v in items if v)
+
+
+def rubric_demand(rubric: Rubric) -> str:
+    """What the rubric requires, from its configuration."""
+    config, kind = rubric.config or {}, rubric.kind
+    if kind == Rubric.Kind.REGEX:
+        where = config.get("field") or "output"
+        if config.get("expect") == "absent":
+            return f"its {where} must never match /{config.get('pattern', '')}/"
+        return f"its {where} must match /{config.get('pattern', '')}/"
+    if kind == Rubric.Kind.JSONPATH:
+        value = config.get("value", config.get("pattern", ""))
+        return f"{config.get('path', '')} must satisfy {config.get('assert', 'exists')} {value}".rstrip()
+    if kind == Rubric.Kind.TOOL_NEVER:
+        return f"{_names(config.get('tool'))} must never be called"
+    if kind == Rubric.Kind.TOOL_ORDER:
+        then = f" before {_names(config.get('then'))}" if config.get("then") else ""
+        return f"{_names(config.get('first'))} must be called{then}"
+    if kind == Rubric.Kind.COVERAGE:
+        return f"every {_names(config.get('path'))} a tool returns must reach the target's output"
+    return rubric.description or rubric.name
+
+
+def _where(span: Span | None, span_id: str, trace_id: str) -> str:
+    name = f"{span.name}" + (f" at node {span.node}" if span and span.node else "") if span else f"span {span_id}"
+    return f"{name} (trace {trace_id}, span {span_id})"
+
+
+def suggested_fix(*, insight: Insight, evidence: list) -> dict:
+    """The fix for `insight`; evidence: its InsightEvidence rows, newest run first (body.content_collect)."""
+    if insight.naming_source == "llm" and insight.recommendation:
+        return {"text": insight.recommendation, "source": "llm", "trace_id": "", "span_id": ""}
+    feedback = Feedback.objects.select_related("rubric").in_bulk({e.feedback_id for e in evidence})
+    judges = Counter((feedback[e.feedback_id].judge) for e in evidence if e.feedback_id in feedback)
+    if not judges:
+        return {"text": insight.recommendation, "source": "", "trace_id": "", "span_id": ""}
+    judge, fired = judges.most_common(1)[0]
+    first = next(e for e in evidence if e.feedback_id in feedback and feedback[e.feedback_id].judge == judge)
+    row = feedback[first.feedback_id]
+    trace_id = first.trace.trace_id
+    span = Span.objects.filter(trace_id=first.trace_id, span_id=first.span_id).first()
+    where = _where(span, first.span_id, trace_id)
+    share = f"{fired} of the {len(evidence)} citations"
+    if row.rubric is not None:
+        text = (f"The rubric \u201c{row.rubric.name}\u201d fails ({share}), first on {where}: "
+                f"{rubric_demand(row.rubric)}. Change what that step does so that the rubric holds.")
+        source = "rubric"
+    elif judge in RULE_REMEDIES:
+        text = (f"The rule {judge} fires ({share}), first on {where}: \u201c{first.statement_text}\u201d. "
+                f"{RULE_REMEDIES[judge]}")
+        source = "rule"
+    else:
+        text = (f"The judge {judge} fails the step ({share}), first on {where}: \u201c{first.statement_text}\u201d. "
+                "Start from that span.")
+        source = "judge"
+    return {"text": text, "source": source, "trace_id": trace_id, "span_id": first.span_id}
