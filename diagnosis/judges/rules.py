@@ -3,7 +3,14 @@
 Each rule returns one failing JudgeResult per span it blames (issues quote the span text that shows the problem),
 or a single whole-trace "pass" when it found nothing, so every rule leaves a trace of having run. A span gets at
 most one of the error rules: a non-zero exit code is reported by `rule.exit_code`, other ERROR spans and exceptions
-by `rule.span_error`, and error payloads on spans whose status says OK by `rule.tool_error`.
+by `rule.span_error`, and error payloads on spans whose status says OK by `rule.tool_error`. A tool's "not found"
+that the agent handled (criterion in diagnosis/judges/recovery.py) is not a failure: both rules record it as a pass
+on that span, saying it was a recovered not-found.
+
+Empty output: a span is empty only when it recorded an output that says nothing (blank text, message envelopes with
+no text and no tool call); an assistant turn that calls tools, in any of the formats diagnosis/judges/text.py reads
+(OpenAI chat `tool_calls`, GenAI `tool_call` parts, OpenInference flattened tool calls, Anthropic `tool_use`
+blocks), is output. An output that was never recorded is not empty either.
 
 Repetition: `rule.repeated_tool_call` reports the same tool called with identical, non-empty arguments at least
 REPEATED_CALL_THRESHOLD times under one parent (a single retry after a back-off is normal, so 2 is not reported).
@@ -23,9 +30,10 @@ from statistics import median
 from typing import Any
 
 from diagnosis.judges.contract import Evidence, JudgeIssue, JudgeResult, SpanView, TraceView
-from diagnosis.judges.text import dump, maybe_json, normalise, plain_text
+from diagnosis.judges.recovery import Recovery, recovered_not_found
+from diagnosis.judges.text import dump, error_payload, finish_reasons_of, has_content, maybe_json, normalise, plain_text
 
-RULES_VERSION = "rules-1"
+RULES_VERSION = "rules-2"  # 2: tool-call turns in every format are output; recovered not-founds pass
 REPEATED_CALL_THRESHOLD = 3
 # Iglewicz & Hoaglin: |modified z| > 3.5 flags an outlier; fewer than 8 samples give no usable baseline.
 OUTLIER_Z = 3.5
@@ -33,11 +41,6 @@ OUTLIER_MIN_SAMPLES = 8
 _QUOTE_MAX = 200
 
 _EXIT_CODE = re.compile(r"\bexit[ _]?(?:code|status)\b\s*[:=]?\s*(-?\d+)", re.IGNORECASE)
-_ERROR_LINE = re.compile(
-    r"^[ \t]*(?:[A-Za-z][A-Za-z ]{0,24}:[ \t]*)?"
-    r"(?:traceback \(most recent call last\)|[\w.]*(?:error|exception)[ \t]*:|fatal[ \t]*:)[^\n]*",
-    re.IGNORECASE | re.MULTILINE,
-)
 _EXIT_KEYS = ("exit_code", "exitcode", "exitCode", "returncode", "return_code", "exit_status")
 _TRUNCATION_REASONS = {"length", "max_tokens", "max_output_tokens"}
 
@@ -50,6 +53,15 @@ def _fail(judge: str, span_id: str | None, critique: str, issues: list[JudgeIssu
 def _pass(judge: str, critique: str) -> JudgeResult:
     return JudgeResult(judge=judge, target_span_id=None, status="ok", score=1.0, verdict="pass", critique=critique,
                        prompt_version=RULES_VERSION)
+
+
+def _recovered(judge: str, span: SpanView, recovery: Recovery) -> JudgeResult:
+    critique = (f"Recovered not-found: {_label(span)} found nothing (\u201c{recovery.quote}\u201d) and the agent went "
+                f"on with {_label(recovery.next_span)}; the run did not fail.")
+    return JudgeResult(judge=judge, target_span_id=span.span_id, status="ok", score=1.0, verdict="pass",
+                       critique=critique, prompt_version=RULES_VERSION,
+                       details={"recovered_not_found": True, "error": recovery.quote,
+                                "next_span_id": recovery.next_span.span_id})
 
 
 def _skip(judge: str, reason: str) -> JudgeResult:
@@ -129,6 +141,10 @@ def rule_span_error(trace: TraceView, stats: dict | None = None) -> list[JudgeRe
             continue
         if _nonzero_exit(span):
             continue  # rule.exit_code reports it, with the exit code as the evidence
+        recovery = recovered_not_found(span, trace)
+        if recovery is not None:
+            results.append(_recovered(judge, span, recovery))
+            continue
         quotes = []
         if span.status_message:
             quotes.append(_clip(span.status_message))
@@ -148,27 +164,18 @@ def rule_span_error(trace: TraceView, stats: dict | None = None) -> list[JudgeRe
     return results or [_pass(judge, "No span ended in error or recorded an exception.")]
 
 
-def _error_payload(output: Any) -> str | None:
-    value = maybe_json(output)
-    if isinstance(value, dict):
-        error = value.get("error")
-        if error not in (None, False, "", [], {}):
-            return error if isinstance(error, str) else dump(error)
-    text = plain_text(value) if not isinstance(value, dict) else ""
-    match = _ERROR_LINE.search(text) if text else None
-    if match:
-        return _clip(match.group(0))
-    return None
-
-
 def rule_tool_error(trace: TraceView, stats: dict | None = None) -> list[JudgeResult]:
     judge = "rule.tool_error"
     results = []
     for span in trace.spans:
         if span.kind != "TOOL" or span.status == "error" or span.exceptions or _nonzero_exit(span):
             continue
-        quote = _error_payload(span.output)
+        quote = error_payload(span.output)
         if quote is None:
+            continue
+        recovery = recovered_not_found(span, trace)
+        if recovery is not None:
+            results.append(_recovered(judge, span, recovery))
             continue
         issue = JudgeIssue(title=f"{span.tool_name or span.name} returned an error",
                            detail=f"The tool's output reports an error although the span's status is {span.status}.",
@@ -192,7 +199,7 @@ def rule_repeated_tool_call(trace: TraceView, stats: dict | None = None) -> list
         parent = parent_id if parent_id in ids else None
         if len(spans) < REPEATED_CALL_THRESHOLD:
             continue
-        failed = sum(1 for s in spans if s.status == "error" or _error_payload(s.output))
+        failed = sum(1 for s in spans if s.status == "error" or error_payload(s.output))
         by_parent[parent].append(JudgeIssue(
             title=f"{tool} called {len(spans)} times with identical arguments",
             detail=f"{tool}({arguments}) was sent {len(spans)} times by the same caller"
@@ -253,25 +260,8 @@ def _loop_message(span: SpanView) -> str:
 
 
 def _is_empty(value: Any) -> bool:
-    value = maybe_json(value)
-    if value is None:
-        return False  # not recorded is not empty
-    if isinstance(value, str):
-        return not value.strip()
-    if isinstance(value, (list, dict)) and not value:
-        return True
-    if isinstance(value, list) and all(isinstance(m, dict) for m in value):
-        for message in value:
-            for part in message.get("parts") or []:
-                if part.get("type") != "text" or str(part.get("content") or "").strip():
-                    return False
-            content = message.get("content")
-            if isinstance(content, str) and content.strip():
-                return False
-            if message.get("tool_calls"):
-                return False
-        return True
-    return False
+    # Not recorded (None) is not empty: many instrumentations only record content when asked to.
+    return maybe_json(value) is not None and not has_content(value)
 
 
 def rule_empty_output(trace: TraceView, stats: dict | None = None) -> list[JudgeResult]:
@@ -295,10 +285,7 @@ def finish_reasons(span: SpanView) -> list[str]:
             reasons.append(value)
         elif isinstance(value, list):
             reasons += [str(v) for v in value]
-    output = maybe_json(span.output)
-    if isinstance(output, list):
-        reasons += [str(m["finish_reason"]) for m in output if isinstance(m, dict) and m.get("finish_reason")]
-    return reasons
+    return reasons + finish_reasons_of(span.output)
 
 
 def rule_truncated_output(trace: TraceView, stats: dict | None = None) -> list[JudgeResult]:

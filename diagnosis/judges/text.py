@@ -1,5 +1,19 @@
 """How judges and the evidence check see span content as text: one function, so a quote a judge takes from a span
-is always found again when the evidence is verified."""
+is always found again when the evidence is verified.
+
+It also reads model turns in the formats real agents emit (`has_content`, `finish_reasons_of`), so a judge never
+mistakes a turn for an empty one because its content sits where one format puts it and another does not:
+
+* OpenAI chat: a message `{"role", "content": null, "tool_calls": [...]}` (legacy `function_call`, a `refusal`), a
+  list of them, a choice `{"message": {...}, "finish_reason"}` or a whole completion `{"choices": [...]}`;
+  `content` may also be a list of parts `{"type": "text", "text"}`; Responses API items `{"type": "function_call"}`.
+* GenAI semantic conventions: `{"role", "parts": [{"type": "text", "content"}, {"type": "tool_call", ...}]}`.
+* OpenInference flattened `llm.output_messages.N.message.*` (re-nested by the normaliser):
+  `{"role", "content", "tool_calls": [{"tool_call": {"function": {"name", "arguments"}}}]}`, `contents` parts.
+* Anthropic: `{"role", "content": [{"type": "text", "text"}, {"type": "tool_use", ...}], "stop_reason"}`.
+
+A turn that calls a tool has produced output, even with no text at all.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +22,12 @@ import re
 from typing import Any
 
 _WS = re.compile(r"\s+")
+# A line that reports an error or exception in free text ("ValueError: …", "Error: …", a traceback's first line).
+ERROR_LINE = re.compile(
+    r"^[ \t]*(?:[A-Za-z][A-Za-z ]{0,24}:[ \t]*)?"
+    r"(?:traceback \(most recent call last\)|[\w.]*(?:error|exception)[ \t]*:|fatal[ \t]*:)[^\n]*",
+    re.IGNORECASE | re.MULTILINE,
+)
 
 
 def dump(value: Any) -> str:
@@ -82,5 +102,104 @@ def _message_texts(value: Any, out: list[str]) -> None:
                 _message_texts(value[key], out)
 
 
+def error_payload(output: Any) -> str | None:
+    """The error a tool's output reports: a JSON `error` member, else a free-text error line."""
+    value = maybe_json(output)
+    if isinstance(value, dict):
+        error = value.get("error")
+        if error not in (None, False, "", [], {}):
+            return error if isinstance(error, str) else dump(error)
+    text = plain_text(value) if not isinstance(value, dict) else ""
+    match = ERROR_LINE.search(text) if text else None
+    if match:
+        return match.group(0).strip()[:200]
+    return None
+
+
 def normalise(text: str) -> str:
     return _WS.sub(" ", text).strip().casefold()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# model turns, whatever their format
+
+# Part / block / item types that are a tool call or its result rather than text (GenAI parts, Anthropic blocks,
+# OpenAI Responses items, OpenInference `message_content.type`).
+TOOL_CALL_TYPES = frozenset({
+    "tool_call", "tool_call_response", "server_tool_call", "server_tool_call_response", "tool_use", "tool_result",
+    "server_tool_use", "function_call", "function_call_output", "custom_tool_call", "computer_call", "mcp_call",
+    "web_search_call", "file_search_call", "code_interpreter_call", "function",
+})
+# Keys whose non-empty value is a tool call (OpenAI chat / OpenInference, legacy OpenAI, Vercel, Gemini, Anthropic).
+_TOOL_CALL_KEYS = ("tool_calls", "function_call", "toolCalls", "functionCall", "tool_use")
+# Why a model stopped when it stopped to call tools.
+TOOL_CALL_REASONS = frozenset({"tool_calls", "tool_call", "tool_use", "function_call"})
+# Keys that hold what a message says: where to look for text or tool calls.
+_CONTENT_KEYS = ("content", "text", "parts", "contents", "message_content", "message", "messages", "choices",
+                 "output", "refusal")
+# Keys of message envelopes, choices, completions and parts that say nothing by themselves. A mapping with any other
+# key, or with none of the content, tool-call or role keys, is some tool's or agent's payload (`{"id": 7}` is a
+# result), which is output whatever it holds.
+_ENVELOPE_KEYS = frozenset({
+    "role", "name", "id", "index", "type", "object", "created", "created_at", "model", "finish_reason",
+    "stop_reason", "stop_sequence", "logprobs", "usage", "system_fingerprint", "service_tier", "annotations",
+    "audio", "tool_call_id", "mime_type", "prompt_filter_results", "content_filter_results", "provider",
+    "incomplete_details",
+})
+_MESSAGE_KEYS = _ENVELOPE_KEYS | frozenset(_CONTENT_KEYS) | frozenset(_TOOL_CALL_KEYS)
+
+
+def _present(value: Any) -> bool:
+    return value not in (None, "", [], {})
+
+
+_SAYING_KEYS = frozenset(_CONTENT_KEYS) | frozenset(_TOOL_CALL_KEYS) | {"role"}
+
+
+def _message_like(value: dict) -> bool:
+    keys = value.keys()
+    return keys <= _MESSAGE_KEYS and not keys.isdisjoint(_SAYING_KEYS)
+
+
+def has_content(value: Any, *, depth: int = 0) -> bool:
+    """Whether a span's input or output says anything: non-blank text, a tool call (or its result) in any of the
+    formats above, any other data. Message envelopes whose text is blank and which call no tool say nothing."""
+    if depth > 20:
+        return True
+    value = maybe_json(value)
+    if value is None:
+        return False
+    if isinstance(value, str):
+        return bool(value.strip())
+    if isinstance(value, (list, tuple)):
+        return any(has_content(item, depth=depth + 1) for item in value)
+    if not isinstance(value, dict):
+        return True  # a number or a boolean is a result
+    if not value:
+        return False
+    if not _message_like(value):
+        return True
+    if str(value.get("type") or "") in TOOL_CALL_TYPES:
+        return True
+    if any(_present(maybe_json(value.get(key))) for key in _TOOL_CALL_KEYS):
+        return True
+    if str(value.get("finish_reason") or value.get("stop_reason") or "").lower() in TOOL_CALL_REASONS:
+        return True
+    return any(has_content(value.get(key), depth=depth + 1) for key in _CONTENT_KEYS if key in value)
+
+
+def finish_reasons_of(value: Any) -> list[str]:
+    """Why the model stopped, as its output says: `finish_reason` of messages and choices, Anthropic `stop_reason`."""
+    value = maybe_json(value)
+    reasons: list[str] = []
+    items = value if isinstance(value, list) else [value]
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        for key in ("finish_reason", "stop_reason"):
+            if isinstance(item.get(key), str) and item[key]:
+                reasons.append(item[key])
+        choices = item.get("choices")
+        if isinstance(choices, list):
+            reasons += [str(c["finish_reason"]) for c in choices if isinstance(c, dict) and c.get("finish_reason")]
+    return reasons

@@ -108,6 +108,12 @@ def test_each_planted_bug_yields_failing_feedback_with_evidence(project, rubrics
     clean = _run(project, "r2")
     for judge in (coverage, never, order, "rule.repeated_tool_call", "rule.loop", "rule.tool_error"):
         assert _failing_tasks(clean, judge) == set(), judge
-    # ERROR spans the desk handles are still error spans: order-not-found's lookup, and the one rate-limited
-    # invoice call that the healthy worker retries after backing off.
-    assert _failing_tasks(clean, "rule.span_error") == {"order-not-found"} | TOUCHED_BY["retry_loop"]
+    # The one rate-limited invoice call that the healthy worker retries after backing off is still an error span.
+    assert _failing_tasks(clean, "rule.span_error") == TOUCHED_BY["retry_loop"]
+    # order-not-found's ERROR lookup is a not-found the desk handles (diagnosis/judges/recovery.py): a pass on that
+    # span, in both releases, saying so.
+    for each in (run, clean):
+        decoy = Feedback.objects.get(run=each, trace__task_id="order-not-found", judge="rule.span_error")
+        target = Span.objects.get(trace=decoy.trace, span_id=decoy.target_span_id)
+        assert (decoy.verdict, target.tool_name, target.status) == ("pass", "order_lookup", "error")
+        assert decoy.critique.startswith("Recovered not-found") and decoy.details["recovered_not_found"]

@@ -27,7 +27,6 @@ from functools import lru_cache
 from typing import Any
 
 from .content import (
-    COST_KEYS,
     F_AI_META,
     F_FLAT_PROMPT,
     F_FLUE_TASK,
@@ -37,15 +36,11 @@ from .content import (
     F_LIVEKIT,
     F_REQUEST_PARAMS,
     IO_KEYS,
-    USAGE_KEYS,
-    cost_from_mapping,
-    extract_cost,
     extract_io,
-    extract_usage,
     scan_flags,
-    usage_from_mapping,
 )
 from .records import SpanRecord
+from .usage import COST_KEYS, USAGE_KEYS, cost_from_mapping, extract_cost, extract_usage, usage_from_mapping
 from .values import datetime_to_iso, decode_jsonish, ns_to_datetime, parse_iso_datetime, to_float
 
 __all__ = [

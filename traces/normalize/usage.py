@@ -1,0 +1,187 @@
+"""Token usage and cost of OTLP spans and Langfuse observations (used by mapping.build_span_record and langfuse.py).
+
+Like content.py, the OTLP functions take the span's plain attribute dict `a` and `hit`, the subset of its keys that
+any rule consults, so spans without a usage or cost key skip them with one set operation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .values import decode_jsonish, to_float, to_int
+
+_IN_KEYS = ("input_tokens", "prompt_tokens", "promptTokens", "inputTokens", "input", "prompt")
+_OUT_KEYS = ("output_tokens", "completion_tokens", "completionTokens", "outputTokens", "output", "completion")
+_CACHED_KEYS = (
+    "cached_tokens",
+    "cache_read_input_tokens",
+    "input_cached_tokens",
+    "input_cache_read",
+    "cache_read",
+    "cachedContentTokens",
+    "cachedInputTokens",
+)
+# Langfuse bucket keys: its `input` / `output` exclude these, so they are added back (OTel-style inclusive counts)
+_LF_INPUT_BUCKETS = ("input_cached_tokens", "input_cache_read", "input_cache_creation", "input_cache_write")
+_LF_OUTPUT_BUCKETS = ("output_reasoning", "output_reasoning_tokens", "output_audio", "output_audio_tokens")
+
+
+def usage_from_mapping(d: dict) -> tuple[int | None, int | None, int | None]:
+    """(input, output, cached) from a usage dict in any of the usual shapes: Langfuse usage / usageDetails
+    (`input`/`output` + buckets), OpenAI Chat (`prompt_tokens`, `prompt_tokens_details.cached_tokens`), OpenAI
+    Responses (`input_tokens`, `input_tokens_details`), Vercel / Genkit camelCase. Keys naming the same count are
+    never added together."""
+    inp = out = cached = None
+    for key in _IN_KEYS:
+        if key in d:
+            inp = to_int(d[key])
+            if inp is not None:
+                if key == "input":
+                    extra = [to_int(d.get(b)) for b in _LF_INPUT_BUCKETS]
+                    inp += sum(x for x in extra if x)
+                break
+    for key in _OUT_KEYS:
+        if key in d:
+            out = to_int(d[key])
+            if out is not None:
+                if key == "output":
+                    extra = [to_int(d.get(b)) for b in _LF_OUTPUT_BUCKETS]
+                    out += sum(x for x in extra if x)
+                break
+    for key in _CACHED_KEYS:
+        if key in d:
+            cached = to_int(d[key])
+            if cached is not None:
+                break
+    if cached is None:
+        for key in ("prompt_tokens_details", "input_tokens_details", "promptTokensDetails", "inputTokensDetails"):
+            details = d.get(key)
+            if isinstance(details, dict):
+                cached = to_int(details.get("cached_tokens", details.get("cachedTokens")))
+                if cached is not None:
+                    break
+    return inp, out, cached
+
+
+_GENERIC_IN = (
+    "gen_ai.usage.input_tokens",
+    "gen_ai.usage.prompt_tokens",
+    "llm.token_count.prompt",
+    "llm.usage.prompt_tokens",
+)
+_GENERIC_OUT = (
+    "gen_ai.usage.output_tokens",
+    "gen_ai.usage.completion_tokens",
+    "llm.token_count.completion",
+    "llm.usage.completion_tokens",
+)
+_GENERIC_CACHED = (
+    "gen_ai.usage.cache_read.input_tokens",
+    "gen_ai.usage.cache_read_input_tokens",
+    "gen_ai.usage.prompt_tokens_details.cached_tokens",
+    "gen_ai.usage.input_tokens_details.cached_tokens",
+    "llm.token_count.prompt_details.cache_read",
+)
+_AGG_IN = ("gen_ai.aggregated_usage.input_tokens", "gen_ai.aggregated_usage.prompt_tokens")
+_AGG_OUT = ("gen_ai.aggregated_usage.output_tokens", "gen_ai.aggregated_usage.completion_tokens")
+_AGG_CACHED = ("gen_ai.aggregated_usage.cache_read.input_tokens", "gen_ai.aggregated_usage.cache_read_input_tokens")
+
+
+def _first_int(a: dict, keys: tuple[str, ...]) -> int | None:
+    for key in keys:
+        value = a.get(key)
+        if value is not None:
+            n = to_int(value)
+            if n is not None:
+                return n
+    return None
+
+
+_VERCEL_USAGE = ("ai.usage.inputTokens", "ai.usage.promptTokens", "ai.usage.outputTokens", "ai.usage.completionTokens")
+USAGE_KEYS = frozenset(
+    ("langfuse.observation.usage_details", "genkit:output", *_VERCEL_USAGE)
+    + (*_GENERIC_IN, *_GENERIC_OUT, *_AGG_IN, *_AGG_OUT)
+)
+_NO_USAGE = (None, None, None, False)
+
+
+def extract_usage(a: dict, hit: set) -> tuple[int | None, int | None, int | None, bool]:
+    """(input, output, cached, from_aggregated_keys). Counts as reported; keys naming the same count (e.g.
+    `gen_ai.usage.prompt_tokens` and `gen_ai.usage.input_tokens`) are never added together."""
+    if not (hit & USAGE_KEYS):
+        return _NO_USAGE
+    v = a.get("langfuse.observation.usage_details")
+    if v is not None:
+        d = decode_jsonish(v)
+        if isinstance(d, dict):
+            inp, out, cached = usage_from_mapping(d)
+            if inp is not None or out is not None:
+                return inp, out, cached, False
+    if "genkit:output" in a and a.get("genkit:metadata:subtype") in ("model", "background-model"):
+        d = decode_jsonish(a["genkit:output"])
+        usage = d.get("usage") if isinstance(d, dict) else None
+        if isinstance(usage, dict):
+            inp, out, cached = usage_from_mapping(usage)
+            if inp is not None or out is not None:
+                return inp, out, cached, False
+    inp = _first_int(a, ("ai.usage.inputTokens", "ai.usage.promptTokens"))
+    out = _first_int(a, ("ai.usage.outputTokens", "ai.usage.completionTokens"))
+    if inp is not None or out is not None:
+        return inp, out, _first_int(a, ("ai.usage.cachedInputTokens",)), False
+    inp = _first_int(a, _GENERIC_IN)
+    out = _first_int(a, _GENERIC_OUT)
+    if inp is not None or out is not None:
+        return inp, out, _first_int(a, _GENERIC_CACHED), False
+    inp = _first_int(a, _AGG_IN)
+    out = _first_int(a, _AGG_OUT)
+    if inp is not None or out is not None:
+        return inp, out, _first_int(a, _AGG_CACHED), True
+    return _NO_USAGE
+
+
+def cost_from_mapping(d: Any) -> float | None:
+    """Total cost from a cost-details dict: `total` if present, else the sum of the numeric entries."""
+    if not isinstance(d, dict):
+        return to_float(d)
+    for key in ("total", "totalCost", "total_cost"):
+        if key in d:
+            total = to_float(d[key])
+            if total is not None:
+                return total
+    values = [to_float(v) for v in d.values()]
+    values = [v for v in values if v is not None]
+    return sum(values) if values else None
+
+
+COST_KEYS = frozenset(
+    (
+        "langfuse.observation.cost_details",
+        "gen_ai.usage.cost",
+        "llm.cost.total",
+        "llm.cost.prompt",
+        "llm.cost.completion",
+    )
+)
+
+
+def extract_cost(a: dict, hit: set) -> float | None:
+    if not (hit & COST_KEYS):
+        return None
+    v = a.get("langfuse.observation.cost_details")
+    if v is not None:
+        cost = cost_from_mapping(decode_jsonish(v))
+        if cost is not None:
+            return cost
+    for key in ("gen_ai.usage.cost", "llm.cost.total"):
+        v = a.get(key)
+        if v is not None:
+            cost = to_float(v)
+            if cost is not None:
+                return cost
+    p = to_float(a.get("llm.cost.prompt"))
+    c = to_float(a.get("llm.cost.completion"))
+    if p is not None or c is not None:
+        return (p or 0.0) + (c or 0.0)
+    return None
+
+
