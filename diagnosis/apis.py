@@ -68,7 +68,7 @@ def _run_body(run: DiagnosisRun) -> dict:
     summary = diagnosis_run_summary(project=run.project, run=run)
     return {**RunOutputSerializer(run).data, "summary": {
         "feedback_by_status": summary.feedback_by_status, "failing_by_judge": summary.failing_by_judge,
-        "failing_traces": summary.failing_traces,
+        "failing_traces": summary.failing_traces, "contrastive": summary.contrastive,
     }}
 
 
@@ -361,7 +361,7 @@ class RunDetailApi(ProjectApi):
         def get_summary(self, run: DiagnosisRun) -> dict:
             summary = diagnosis_run_summary(project=run.project, run=run)
             return {"feedback_by_status": summary.feedback_by_status, "failing_by_judge": summary.failing_by_judge,
-                    "failing_traces": summary.failing_traces}
+                    "failing_traces": summary.failing_traces, "contrastive": summary.contrastive}
 
     @extend_schema(operation_id="runs_retrieve", responses=OutputSerializer)
     def get(self, request: Request, run_id) -> Response:

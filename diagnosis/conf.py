@@ -6,6 +6,9 @@
 - CLEAR_CONTINUOUS_JUDGES (""): judge names for continuous runs; empty = the defaults.
 - CLEAR_CONTINUOUS_LOOKBACK_HOURS (24): continuous mode ignores traces last received before this.
 - CLEAR_CONTINUOUS_BATCH (500): traces claimed per beat and project at most.
+- CLEAR_CONTRASTIVE_FDR (0.1), CLEAR_CONTRASTIVE_MIN_SUPPORT (3), CLEAR_CONTRASTIVE_MAX_TRACES (5000): the
+  contrastive judge's Benjamini–Hochberg level, failing traces a feature must be in, and the most traces with an
+  outcome it compares (diagnosis/judges/contrastive.py).
 - CLEAR_TRACE_QUIET_SECONDS and CLEAR_JUDGE_MODEL live in clear/settings/base.py.
 """
 
@@ -48,3 +51,15 @@ def trace_quiet_seconds() -> float:
 
 def judge_model() -> str:
     return _get("CLEAR_JUDGE_MODEL", "") or ""
+
+
+def contrastive_fdr() -> float:
+    return float(_get("CLEAR_CONTRASTIVE_FDR", env_float("CLEAR_CONTRASTIVE_FDR", 0.1)))
+
+
+def contrastive_min_support() -> int:
+    return max(1, int(_get("CLEAR_CONTRASTIVE_MIN_SUPPORT", env_int("CLEAR_CONTRASTIVE_MIN_SUPPORT", 3))))
+
+
+def contrastive_max_traces() -> int:
+    return int(_get("CLEAR_CONTRASTIVE_MAX_TRACES", env_int("CLEAR_CONTRASTIVE_MAX_TRACES", 5000)))

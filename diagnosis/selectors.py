@@ -68,6 +68,7 @@ class RunSummary:
     cost: float = 0.0
     errors: int = 0
     dropped_evidence: int = 0
+    contrastive: dict | None = None  # the run-level contrastive judge's report: status, reason, findings
 
 
 def diagnosis_run_summary(*, project: Project, run: DiagnosisRun) -> RunSummary:
@@ -81,7 +82,7 @@ def diagnosis_run_summary(*, project: Project, run: DiagnosisRun) -> RunSummary:
         feedback_by_status=by_status, failing_by_judge=by_judge,
         failing_traces=failing.values("trace_id").distinct().count(),
         input_tokens=run.input_tokens, output_tokens=run.output_tokens, cost=run.cost, errors=run.error_count,
-        dropped_evidence=run.dropped_evidence,
+        dropped_evidence=run.dropped_evidence, contrastive=(run.config or {}).get("contrastive"),
     )
 
 

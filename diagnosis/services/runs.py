@@ -23,6 +23,7 @@ from clear.projects.models import Project
 from clear.webhooks.events import diagnosis_run_finished as diagnosis_run_finished_emit
 from diagnosis import conf
 from diagnosis.errors import DiagnosisRunFinishedError, DiagnosisRunInvalidError
+from diagnosis.judges.contrastive import CONTRASTIVE_JUDGE
 from diagnosis.judges.rules import node_stats_compute
 from diagnosis.models import DiagnosisRun, Rubric, RunTrace
 from diagnosis.services.judging import (
@@ -35,6 +36,7 @@ from diagnosis.services.judging import (
     run_totals_add,
     trace_results,
 )
+from diagnosis.services.contrastive import contrastive_run_judge_safely
 from diagnosis.services.trace_view import trace_view_build
 from traces.models import Span, Trace
 
@@ -56,9 +58,10 @@ def trace_sampled(*, trace_id: str, rate: float) -> bool:
 
 def judges_resolve(*, judges: list[str] | None, model: str) -> list[str]:
     """Expand aliases ("rules", "llm", "rubrics") and validate names; empty means the defaults: every rule judge,
-    every selected rubric, and the LLM judges when a model is configured."""
+    every selected rubric, the LLM judges when a model is configured, and the run-level contrastive judge (it acts
+    only when the run's traces have enough recorded outcomes, and says why it was skipped otherwise)."""
     if not judges:
-        return [*RULE_JUDGES, RUBRICS_ALIAS, *(LLM_JUDGES if model else ())]
+        return [*RULE_JUDGES, RUBRICS_ALIAS, *(LLM_JUDGES if model else ()), CONTRASTIVE_JUDGE]
     resolved: list[str] = []
     for name in judges:
         name = name.strip()
@@ -66,12 +69,13 @@ def judges_resolve(*, judges: list[str] | None, model: str) -> list[str]:
             expanded = list(RULE_JUDGES)
         elif name == "llm":
             expanded = list(LLM_JUDGES)
-        elif name in RULE_JUDGES or name in LLM_JUDGES or name == RUBRICS_ALIAS:
+        elif name in RULE_JUDGES or name in LLM_JUDGES or name in (RUBRICS_ALIAS, CONTRASTIVE_JUDGE):
             expanded = [name]
         elif name.startswith("rubric.") and name.split(".", 1)[1].isdigit():
             expanded = [name]
         else:
-            valid = ", ".join(["rules", "llm", RUBRICS_ALIAS, "rubric.<id>", *RULE_JUDGES, *LLM_JUDGES])
+            valid = ", ".join(["rules", "llm", RUBRICS_ALIAS, "rubric.<id>", *RULE_JUDGES, *LLM_JUDGES,
+                               CONTRASTIVE_JUDGE])
             raise DiagnosisRunInvalidError(f"Unknown judge {name!r}; use any of: {valid}")
         resolved += [n for n in expanded if n not in resolved]
     if not model and any(n in LLM_JUDGES for n in resolved):
@@ -345,6 +349,9 @@ def run_finish_if_complete(*, run_id) -> bool:
     """Mark a non-continuous run succeeded once none of its traces is open."""
     if RunTrace.objects.filter(run_id=run_id, status__in=RunTrace.OPEN).exists():
         return False
+    # Run-level judges see every judged trace; before the run is marked finished, so its feedback counts with the
+    # rest and is there when the insights are built (either path: the build is requested below).
+    contrastive_run_judge_safely(run_id=run_id)
     finished = DiagnosisRun.objects.filter(pk=run_id, status=Status.RUNNING, continuous=False).update(
         status=Status.SUCCEEDED, finished_at=timezone.now())
     if finished:

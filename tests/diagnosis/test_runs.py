@@ -197,7 +197,7 @@ def test_a_rerun_on_unchanged_traces_reuses_cached_results(desk):
 def test_default_judges_and_llm_rubrics_without_a_model(desk):
     rubric_create(project=desk, name="polite", kind="llm", config={"criterion": "The answer is polite."})
     run = diagnosis_run_start(project=desk, enqueue=False)
-    assert run.judges == [*judging.RULE_JUDGES, "rubrics"] and run.model == ""
+    assert run.judges == [*judging.RULE_JUDGES, "rubrics", "contrastive"] and run.model == ""
     assert run.config["warnings"] == [
         "1 llm rubric(s) were not evaluated: they need the LLM judges and a model."]
     run = diagnosis_run_execute(run=run)

@@ -57,8 +57,8 @@ class Command(BaseCommand):
         parser.add_argument("--node", default="", help="only traces with a span of this node")
         parser.add_argument("--trace-ids", help="comma-separated trace ids")
         parser.add_argument("--judges", help="comma-separated: rules, rubrics, llm, rule.<name>, rubric.<id>, "
-                                             "llm.step, llm.trace (default: all rule judges and enabled rubrics, "
-                                             "plus the LLM judges when a model is configured)")
+                                             "llm.step, llm.trace, contrastive (default: all rule judges and enabled "
+                                             "rubrics, the LLM judges when a model is configured, and contrastive)")
         parser.add_argument("--model", default="", help="LiteLLM model for the LLM judges (default CLEAR_JUDGE_MODEL)")
         parser.add_argument("--rubrics", default="all", help='"all" enabled rubrics or comma-separated rubric ids')
         parser.add_argument("--sample-rate", type=float, default=1.0, help="0 < F <= 1, deterministic per trace id")
@@ -169,3 +169,10 @@ class Command(BaseCommand):
             out(f"  judge errors: {summary.errors}")
         if summary.dropped_evidence:
             out(f"  evidence quotes dropped (not found in the span): {summary.dropped_evidence}")
+        report = summary.contrastive
+        if report:
+            findings = report.get("findings") or []
+            out(f"  contrastive judge: {report.get('status')}"
+                + (f" ({report['reason']})" if report.get("reason") else f", {len(findings)} finding(s)"))
+            for finding in findings:
+                out(f"    [{finding['node']}] {finding['statement']}")

@@ -1,0 +1,1 @@
+"""Contrastive judge benchmark: `python -m benchmarks.contrastive` (see run.py)."""

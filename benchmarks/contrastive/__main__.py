@@ -1,0 +1,3 @@
+from benchmarks.contrastive.run import main
+
+main()
