@@ -314,7 +314,7 @@ class RunCreateApi(ProjectApi):
         sample_rate = serializers.FloatField(required=False, default=1.0, min_value=0, max_value=1,
                                              help_text="share of the chosen traces judged, in (0, 1]")
         purpose = serializers.ChoiceField(
-            choices=DiagnosisRun.Purpose.values, required=False, default=DiagnosisRun.Purpose.DIAGNOSIS,
+            choices=DiagnosisRun.Purpose.choices, required=False, default=DiagnosisRun.Purpose.DIAGNOSIS,
             help_text='"gate" for a CI comparison (clearctl gate): its figures never replace the insights\' headline '
                       "figures, which come from the latest full diagnosis run of the newest release")
         reuse = serializers.BooleanField(

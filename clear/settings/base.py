@@ -257,6 +257,7 @@ SPECTACULAR_SETTINGS.update({
     "COMPONENT_SPLIT_REQUEST": True,
     "ENUM_NAME_OVERRIDES": {
         "DiagnosisRunStatusEnum": "diagnosis.models.DiagnosisRun.Status",
+        "DiagnosisRunPurposeEnum": "diagnosis.models.DiagnosisRun.Purpose",
         "FeedbackStatusEnum": "diagnosis.models.Feedback.Status",
         "InsightStatusEnum": "diagnosis.models.Insight.Status",
         "TicketStatusEnum": ["open", "in_progress", "fixed", "wont_fix"],  # Ticket.Status.values (label = value)

@@ -9,7 +9,7 @@ import numpy as np
 
 from diagnosis.insights.embedding import centroid_bytes, vectors_for
 from diagnosis.insights.persist import LINK_MIN_SHARE
-from diagnosis.models import DiagnosisRun, Feedback, Insight, InsightLink, InsightOccurrence, InsightStatement, RunTrace
+from diagnosis.models import DiagnosisRun, Insight, InsightLink, InsightOccurrence, InsightStatement, RunTrace
 
 
 def judged_traces(run: DiagnosisRun) -> dict:

@@ -44,6 +44,12 @@ def seed_rubrics(project):
             project=project, name="Refund tickets are not answered from the order records", kind="tool_never",
             config={"tool": "order_lookup", "when": {"goal_regex": r"\brefund"}}, node="orders_worker",
         ),
+        # As in the demo: misroute then shows at planner and orders_worker in the same traces, one system insight.
+        rubric_create(
+            project=project, name="Refund requests are routed to billing", kind="regex",
+            config={"pattern": r'"intent":\s*"refund"[^}]*"worker":\s*"orders_worker"', "expect": "absent",
+                    "spans": {"node": "planner", "kind": "LLM"}},
+        ),
     ]
 
 

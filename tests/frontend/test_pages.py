@@ -379,11 +379,12 @@ def test_rubric_errors_come_from_the_service(seeded, owner):
           "config": '{"tool": "a"}'}, "already has a rubric named"),
         ({"name": "x", "kind": "llm", "config": "{}"}, "needs &quot;criterion&quot;"),
     ]
+    before = Rubric.objects.filter(project=seeded.project).count()
     for data, message in cases:
         response = client.post(base, data)
         assert response.status_code == 400, data
         assert message in response.content.decode(), (data, response.content.decode()[-3000:])
-    assert Rubric.objects.filter(project=seeded.project).count() == 2
+    assert Rubric.objects.filter(project=seeded.project).count() == before
     rubric = Rubric.objects.filter(project=seeded.project).first()
     response = client.post(f"{base}{rubric.pk}/", {"name": rubric.name, "kind": "coverage", "config": "{}"})
     assert response.status_code == 400 and "path must be" in response.content.decode()
