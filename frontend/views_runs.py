@@ -14,7 +14,7 @@ from diagnosis import conf as diagnosis_conf
 from diagnosis.models import DiagnosisRun
 from diagnosis.selectors import diagnosis_run_get, diagnosis_run_list, diagnosis_run_summary, rubric_list
 from diagnosis.services import diagnosis_run_cancel, diagnosis_run_start
-from diagnosis.services.judging import LLM_JUDGES, RULE_JUDGES, RUBRICS_ALIAS
+from diagnosis.services.judging import CONTRASTIVE_JUDGE, LLM_JUDGES, RULE_JUDGES, RUBRICS_ALIAS
 from frontend import queries
 from frontend.forms import RunStartForm
 from frontend.pagination import keyset_page
@@ -34,6 +34,7 @@ JUDGE_HELP = {
     "rule.token_outlier": "steps using far more tokens than their node's median",
     "llm.step": "an LLM reviews each step (needs a model)",
     "llm.trace": "an LLM reviews the whole trace and the llm rubrics (needs a model)",
+    CONTRASTIVE_JUDGE: "compares failing with succeeding traces (needs recorded outcomes; no model)",
 }
 
 
@@ -41,7 +42,8 @@ def judge_choices(project: Project) -> list[tuple[str, str]]:
     enabled = rubric_list(project=project, enabled=True).count()
     choices = [(name, f"{name} — {JUDGE_HELP.get(name, '')}".rstrip(" —")) for name in RULE_JUDGES]
     choices.append((RUBRICS_ALIAS, f"rubrics — every enabled rubric ({enabled})"))
-    choices += [(name, f"{name} — {JUDGE_HELP.get(name, '')}".rstrip(" —")) for name in LLM_JUDGES]
+    choices += [(name, f"{name} — {JUDGE_HELP.get(name, '')}".rstrip(" —"))
+                for name in (*LLM_JUDGES, CONTRASTIVE_JUDGE)]
     return choices
 
 
@@ -112,7 +114,7 @@ def run_new(request: HttpRequest, slug: str) -> HttpResponse:
         else:
             status = 400
     else:
-        defaults = [*RULE_JUDGES, RUBRICS_ALIAS, *(LLM_JUDGES if configured_model else ())]
+        defaults = [*RULE_JUDGES, RUBRICS_ALIAS, *(LLM_JUDGES if configured_model else ()), CONTRASTIVE_JUDGE]
         initial = {"judges": defaults, "sample_rate": 1.0, "release": request.GET.get("release", "")}
         form = RunStartForm(initial=initial, judge_choices=choices)
     context = {"project": project, "nav": "runs", "form": form, "releases": releases,

@@ -13,6 +13,7 @@ from django.db.models import F
 
 from diagnosis import conf
 from diagnosis.judges.contract import JudgeResult, TraceView
+from diagnosis.judges.contrastive import CONTRASTIVE_JUDGE  # noqa: F401  (re-exported for the pages)
 from diagnosis.judges.results import result_from_dict, result_to_dict
 from diagnosis.judges.rubric_checks import DETERMINISTIC_KINDS, RUBRICS_VERSION, rubric_check
 from diagnosis.judges.rules import RULES, RULES_VERSION, stats_key

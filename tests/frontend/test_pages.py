@@ -3,6 +3,7 @@ filters, the trace viewer, runs, rubrics, marking a verdict wrong, escaping of h
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from html import escape
 
@@ -282,7 +283,7 @@ def test_start_a_run_from_the_form(seeded, owner, django_capture_on_commit_callb
     client = client_for(owner)
     url = f"/p/{seeded.project.slug}/runs/new/"
     form = client.get(url).content.decode()
-    for judge in ("rule.span_error", "rule.repeated_tool_call", "rubrics", "llm.trace"):
+    for judge in ("rule.span_error", "rule.repeated_tool_call", "rubrics", "llm.trace", "contrastive"):
         assert f'value="{judge}"' in form
     with django_capture_on_commit_callbacks(execute=True):
         response = client.post(url, {"release": "r2", "outcome": "", "sample_rate": "0.5", "judges": RULES,
@@ -296,6 +297,19 @@ def test_start_a_run_from_the_form(seeded, owner, django_capture_on_commit_callb
     assert status["percent"] == 100 and status["finished"] and status["done"] == run.total_count
     html = client.get(response["Location"]).content.decode()
     assert "half of r2" in html and 'aria-valuenow="100"' in html
+
+
+def test_the_contrastive_judge_runs_from_the_form(seeded, owner, django_capture_on_commit_callbacks):
+    client = client_for(owner)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(f"/p/{seeded.project.slug}/runs/new/",
+                               {"release": "", "sample_rate": "1", "judges": ["contrastive"], "name": "contrast"})
+    assert response.status_code == 302
+    run = DiagnosisRun.objects.get(project=seeded.project, name="contrast")
+    assert run.status == "succeeded" and run.judges == ["contrastive"]
+    # r1's 11 failures against r1's and r2's 33 successes (11 against 11 alone is too few for FDR 0.1).
+    findings = Feedback.objects.filter(run=run, judge="contrastive", verdict="fail")
+    assert findings.exists() and all("fails" in json.dumps(f.issues) for f in findings), list(findings.values("issues"))
 
 
 def test_run_form_errors_are_messages(seeded, owner, settings):
