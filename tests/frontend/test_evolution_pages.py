@@ -405,7 +405,7 @@ def test_evolve_the_mediator_race_insight_in_the_browser(live_server, page, cele
     check("evolution-job-running")
 
     # The page follows the job through the worker (it reloads on each state change) to the verdict.
-    page.wait_for_selector("[data-testid=verdict-decision]:has-text('PROMOTE_ELIGIBLE')", timeout=420_000)
+    _wait_for_verdict(page, project, celery_worker, timeout=420)
     assert "AWAITING_CONSENT" in page.inner_text("[data-testid=job-state]")
     for section in ("stage-timeline", "gate-table", "task-table", "diff", "plan", "plan-review", "code-review"):
         assert page.locator(f"[data-testid={section}]").count() == 1, section
@@ -428,6 +428,28 @@ def test_evolve_the_mediator_race_insight_in_the_browser(live_server, page, cele
     check("evolution-releases")
     assert not errors, errors
     assert not problems, "\n".join(problems)
+
+
+
+def _wait_for_verdict(page, project, worker, *, timeout: float) -> None:
+    """Until the job page shows PROMOTE_ELIGIBLE; fails at once, saying why, when the job ends or its worker dies."""
+    import time
+
+    from evolution.models import TERMINAL_STATES
+
+    selector = "[data-testid=verdict-decision]:has-text('PROMOTE_ELIGIBLE')"
+    deadline = time.monotonic() + timeout
+    while True:
+        if page.locator(selector).count():
+            return
+        job = EvolutionJob.objects.filter(project=project).first()
+        stages = list(job.stage_runs.values_list("stage", "status")) if job else []
+        where = (f"job {job and job.state} ({job and job.terminal_reason}: {job and job.error[-2000:]}), stages "
+                 f"{stages}\nworker log:\n{worker.log()[-6000:]}")
+        assert not (job and job.state in TERMINAL_STATES), f"the job ended before its verdict: {where}"
+        assert worker.process.poll() is None, f"the worker died: {where}"
+        assert time.monotonic() < deadline, f"no PROMOTE_ELIGIBLE after {timeout}s: {where}"
+        page.wait_for_timeout(1000)
 
 
 def _wait(predicate, *, timeout: float, what: str) -> None:
@@ -503,7 +525,7 @@ def test_issue_11_acceptance_evolve_hot_swap_and_the_next_release_fixes_the_insi
         page.select_option("#id_mode", "hot_swap")
         assert page.input_value("#id_script").endswith("mediator_race_fix.json")
         page.click("[data-testid=evolve-submit]")
-        page.wait_for_selector("[data-testid=verdict-decision]:has-text('PROMOTE_ELIGIBLE')", timeout=600_000)
+        _wait_for_verdict(page, project, celery_worker, timeout=600)
         job = EvolutionJob.objects.get(project=project)
         assert "hot-swap" in page.inner_text("[data-testid=approve]")
         check("evolution-acceptance-awaiting-consent")
