@@ -1,7 +1,8 @@
 """Running one stage of a job: the claim, the expected-state check, the outcome, the next stage enqueued on commit.
 
-Every stage task calls `stage_execute`; the stage bodies are in stages_agent.py (roles and gates) and
-stages_eval.py (prepare, baseline, trials, verdict, promote).
+The one stage task, evolution.run_stage, calls `stage_execute`, which dispatches through the stage tables
+(STAGE_STATES here, HANDLERS in stages_agent.py for roles and gates, in stages_eval.py for prepare, baseline,
+trials, verdict, promote).
 """
 
 from __future__ import annotations
@@ -37,26 +38,24 @@ _eager = threading.local()
 
 
 def stage_enqueue(*, job_id: int, stage: str, iteration: int = 0, round: int = 0) -> None:  # noqa: A002
-    """Send a stage's task. Under eager Celery (tests, `--inline`) stages run one after another from a queue
-    instead of nesting inside each other's commit hooks."""
+    """Send the stage to evolution.run_stage. Under eager Celery (tests, `--inline`) stages run one after another
+    from a queue instead of nesting inside each other's commit hooks."""
     from celery import current_app
 
-    from evolution.tasks import STAGE_TASKS
+    from evolution.tasks import run_stage
 
-    task = STAGE_TASKS[stage]
-    kwargs = {"job_id": job_id, "iteration": iteration, "round": round}
+    kwargs = {"job_id": job_id, "stage": stage, "iteration": iteration, "round": round}
     if not current_app.conf.task_always_eager:
-        task.apply_async(kwargs=kwargs)
+        run_stage.apply_async(kwargs=kwargs)
         return
     queue = getattr(_eager, "queue", None)
     if queue is not None:
-        queue.append((task, kwargs))
+        queue.append(kwargs)
         return
-    _eager.queue = [(task, kwargs)]
+    _eager.queue = [kwargs]
     try:
         while _eager.queue:
-            next_task, next_kwargs = _eager.queue.pop(0)
-            next_task.apply(kwargs=next_kwargs, throw=True)
+            run_stage.apply(kwargs=_eager.queue.pop(0), throw=True)
     finally:
         _eager.queue = None
 
