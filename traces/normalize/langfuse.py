@@ -24,8 +24,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from .mapping import cost_from_mapping, node_fields, outcome_value, score_value, usage_from_mapping
+from .context import outcome_value, score_value
+from .nodes import node_fields
 from .records import LangfuseBatch, ScoreRecord, SpanRecord, SpanUpdate, TraceUpdate
+from .usage import cost_from_mapping, usage_from_mapping
 from .values import (
     decode_jsonish,
     langfuse_observation_id,

@@ -1,13 +1,19 @@
-"""Resolve each span's node (the agent it belongs to) from its ancestors.
+"""A span's node (the agent it belongs to): named from the span itself, else resolved from its ancestors.
 
-The mapping sets `node` on spans that name it themselves (AGENT spans, LLM/TOOL spans carrying
-`gen_ai.agent.name`, evaluator/annotation spans). `resolve_nodes` fills the rest from the nearest AGENT ancestor:
-first within the batch, then via `known_nodes` for parents stored by an earlier batch, else `node_fallback`.
+From the span alone (`node_fields`, called by the OTLP mapping and the Langfuse normaliser): AGENT spans name
+themselves; LLM / TOOL spans take the agent name they carry (the owning agent); evaluator / annotation spans name
+themselves (they judge a run, they are not a step of it); the others get `node_fallback` = carried agent name, else
+tool name, else the span name with ids / numbers / uuids stripped (`normalize_name`).
+
+`resolve_nodes` fills the rest from the nearest AGENT ancestor: first within the batch, then via `known_nodes` for
+parents stored by an earlier batch, else `node_fallback`.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
+from functools import lru_cache
 
 from .records import SpanRecord
 
@@ -105,3 +111,71 @@ def _mark_aggregate_usage(spans: list[SpanRecord], by_id: dict[tuple[str, str], 
             if parent.input_tokens is not None or parent.output_tokens is not None:
                 parent.usage_is_aggregate = True
             current = parent
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# names decidable from the span alone
+
+_SEPS = "-_:./#=@"
+_ID_SEGMENT = re.compile(
+    r"(?:(?<=[\s\-_:./#=@,()\[\]])|^)"
+    r"(?:[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}"  # uuid
+    r"|(?=[0-9a-fA-F]*[0-9])[0-9a-fA-F]{8,}"  # hex id with at least one digit
+    r"|\d{3,}"  # number of 3+ digits
+    r")(?=[\s\-_:./#=@,()\[\]]|$)"
+)
+_LONE_NUMBER = re.compile(r"(?:(?<=\s)|^)#?\d+(?=\s|$)")
+_DUP_SEPS = re.compile(r"([\-_:./#=@])[\-_:./#=@]+")
+_DANGLING = re.compile(r"[\-_:./#=@,]+(?=\s|$)")
+_SPACES = re.compile(r"\s+")
+
+
+@lru_cache(maxsize=8192)
+def normalize_name(name: str) -> str:
+    """A span name with ids stripped, for use as a node name: uuids, hex ids (8+ hex digits with a digit), numbers
+    of 3+ digits inside a name and whitespace-separated numbers go; `chat gpt-4o` stays, `task-1234` -> `task`,
+    `GET /users/12345/orders` -> `GET /users/orders`, `step 3` -> `step`."""
+    s = name.strip()
+    if not s:
+        return "span"
+    if not any(c.isdigit() for c in s):
+        return s
+    out = _ID_SEGMENT.sub("", s)
+    out = _LONE_NUMBER.sub("", out)
+    if out != s:
+        out = _DUP_SEPS.sub(r"\1", out)
+        out = _DANGLING.sub("", out)
+        out = _SPACES.sub(" ", out).strip().strip(_SEPS + ", ").strip()
+    return out or s
+
+
+def agent_from_span_name(name: str) -> str | None:
+    for prefix in ("invoke_agent ", "create_agent "):
+        if name.startswith(prefix):
+            rest = name[len(prefix):].strip()
+            return rest or None
+    return None
+
+
+def tool_from_span_name(name: str) -> str | None:
+    if name.startswith("execute_tool "):
+        rest = name[len("execute_tool "):].strip()
+        return rest or None
+    return None
+
+
+def node_fields(
+    *, kind: str, name: str, agent_name: str | None, tool_name: str | None, self_named: bool = False
+) -> tuple[str | None, str]:
+    """(node, node_fallback) decidable from the span alone (see the module docstring); the rest is
+    resolved later by `resolve_nodes`."""
+    if kind == "AGENT":
+        node = agent_name or agent_from_span_name(name) or normalize_name(name)
+        return node, node
+    fallback = agent_name or tool_name or normalize_name(name)
+    if kind in ("LLM", "TOOL"):
+        return agent_name, fallback
+    if kind == "EVALUATOR" or self_named:
+        own = tool_name or normalize_name(name)
+        return own, own
+    return None, fallback

@@ -64,6 +64,31 @@ def decode_jsonish(value: Any, *, depth: int = 3) -> Any:
     return value
 
 
+def text_value(value: Any) -> str | None:
+    """A non-blank string attribute (stripped), or a number as text; None for anything else (bools included)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = value.strip()
+        return value or None
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return str(value)
+    return None
+
+
+def first_text(a: dict, keys: tuple[str, ...]) -> str | None:
+    """The first of `keys` whose value is a `text_value`."""
+    for key in keys:
+        value = a.get(key)
+        if value is not None:
+            s = text_value(value)
+            if s:
+                return s
+    return None
+
+
 def to_int(value: Any) -> int | None:
     """Coerce a count or 64-bit number: int, float, numeric string, or protobufjs Long `{low, high, unsigned}`."""
     if value is None or isinstance(value, bool):

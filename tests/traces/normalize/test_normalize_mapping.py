@@ -6,8 +6,10 @@ import json
 
 import pytest
 
-from traces.normalize.mapping import build_span_record, classify_kind, normalize_name
 from traces.normalize.content import scan_flags
+from traces.normalize.kinds import classify_kind
+from traces.normalize.mapping import build_span_record
+from traces.normalize.nodes import normalize_name
 
 
 def _rec(attrs=None, *, name="span", events=None, parent="1111111111111111", resource=None, scope="s", status=0):
