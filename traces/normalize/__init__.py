@@ -7,7 +7,8 @@ No Django, no database: the storage layer persists what these functions return.
 
 from .langfuse import LangfuseBatchError, normalize_ingestion_batch
 from .nodes import resolve_nodes
-from .otlp import ERROR_KINDS, OtlpDecodeError, decode_export_request
+from .otlp import decode_export_request
+from .otlp_errors import ERROR_KINDS, OtlpDecodeError
 from .records import KINDS, LangfuseBatch, OtlpBatch, ScoreRecord, SpanRecord, SpanUpdate, TraceUpdate
 
 __all__ = [

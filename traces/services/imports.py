@@ -37,7 +37,7 @@ from traces.normalize import (
     normalize_ingestion_batch,
 )
 from traces.normalize.langfuse import EVENT_TYPES
-from traces.normalize.otlp import INVALID_JSON, LOGS_NOT_TRACES, METRICS_NOT_TRACES
+from traces.normalize.otlp_errors import INVALID_JSON, LOGS_NOT_TRACES, METRICS_NOT_TRACES
 from traces.normalize.values import loads
 from traces.services.finalize import trace_finalize
 from traces.services.ingest import langfuse_batch_ingest, spans_ingest
