@@ -32,7 +32,8 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from diagnosis.judges.llm import LlmJudgeConfig, client, judge_trace_with_llm  # noqa: E402
+from clear.llm import litellm_load  # noqa: E402
+from diagnosis.judges.llm import LlmJudgeConfig, judge_trace_with_llm  # noqa: E402
 from diagnosis.judges.llm.render import estimate_tokens  # noqa: E402
 from tests.diagnosis.llm.helpers import conversation_trace, judge_of, judge_reply, support_desk_traces  # noqa: E402
 from tests.support.fake_llm import FakeLLMServer  # noqa: E402
@@ -117,7 +118,7 @@ def main(argv: list[str] | None = None) -> None:
 
     server.bench_reply = reply
     config = LlmJudgeConfig(model=args.model, api_base=server.api_base, api_key="bench")
-    client._litellm()  # import LiteLLM (≈3 s) before the clock starts
+    litellm_load()  # import LiteLLM (≈3 s) before the clock starts
     try:
         desk = support_desk_traces(bugs="all", seed=args.seed)
         long_trace = [conversation_trace(args.long_turns)]

@@ -5,22 +5,22 @@ size, traces, nodes and the medoid quoted, c-TF-IDF terms); the root cause says 
 quotes the medoid, the recommendation is built from the medoid and the distinctive terms.
 
 With a model (the run's `model`, else settings.CLEAR_JUDGE_MODEL; CLEAR_JUDGE_API_BASE / CLEAR_JUDGE_API_KEY), one
-LiteLLM call per cluster returns {title, description, root_cause, recommendation} as JSON, validated with the LLM
-judges' schema validator and cached in the judge cache (a re-run on the same statements makes no call). Any failure
-keeps the offline name: the library catches the namer's exceptions.
+call per cluster through the shared LLM client (clear/llm.py: 429s and timeouts retried once, one repair request)
+returns {title, description, root_cause, recommendation} as JSON, validated with the LLM judges' schema validator
+and cached in the judge cache (a re-run on the same statements makes no call). Any failure keeps the offline name:
+the library catches the namer's exceptions.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
-import re
 from collections import Counter
 from dataclasses import dataclass, field
 
 from django.conf import settings
 
+from clear.llm import Check, LlmEndpoint, LlmUsage, llm_complete, llm_json_complete
 from diagnosis.services.cache import judge_cache_get, judge_cache_key, judge_cache_put
 
 logger = logging.getLogger(__name__)
@@ -29,7 +29,9 @@ NAMING_JUDGE = "insight.naming"
 PROMPT_VERSION = "naming-v1"
 MAX_EXAMPLES = 8
 MAX_FAILURES = 3  # consecutive failed calls after which a build stops asking (an unreachable or broken endpoint)
-_FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
+MAX_ERRORS = 5  # error texts kept for the build summary
+TIMEOUT_S = 60.0
+MAX_RETRIES = 1  # naming is optional: a provider that keeps refusing costs the build little time
 
 NAMING_SCHEMA = {
     "type": "object",
@@ -53,12 +55,9 @@ NAMING_SYSTEM = (
 
 
 @dataclass
-class NamingUsage:
-    calls: int = 0
+class NamingUsage(LlmUsage):
     cached: int = 0
     failed: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
     errors: list[str] = field(default_factory=list)
     streak: int = 0  # consecutive failures
 
@@ -80,26 +79,6 @@ def offline_recommendation(*, medoid: str, terms: list[str], node: str) -> str:
     return f"Fix the behaviour{focus} that makes judges report: \u201c{medoid}\u201d.{key}"
 
 
-def _litellm():
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    import litellm
-
-    litellm.suppress_debug_info = True
-    return litellm
-
-
-def _parse(content: str) -> dict | None:
-    text = (content or "").strip()
-    match = _FENCE.match(text)
-    if match:
-        text = match.group(1)
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError:
-        return None
-    return value if isinstance(value, dict) else None
-
-
 def llm_namer_build(*, model: str, usage: NamingUsage, wanted: set[str] | None = None):
     """An LLMNamer for diagnosis.clustering.name_clusters, or None without a model. `wanted`: the cluster ids to
     offer to the model (others keep the offline name without a call); None = all."""
@@ -108,8 +87,9 @@ def llm_namer_build(*, model: str, usage: NamingUsage, wanted: set[str] | None =
     from diagnosis.clustering import ClusterName
     from diagnosis.judges.llm.schema import validate
 
-    api_base = getattr(settings, "CLEAR_JUDGE_API_BASE", "") or None
-    api_key = getattr(settings, "CLEAR_JUDGE_API_KEY", "") or None
+    endpoint = LlmEndpoint(model=model, api_base=getattr(settings, "CLEAR_JUDGE_API_BASE", "") or None,
+                           api_key=getattr(settings, "CLEAR_JUDGE_API_KEY", "") or None, timeout=TIMEOUT_S,
+                           max_retries=MAX_RETRIES)
 
     def namer(request):
         cluster = request.cluster
@@ -129,8 +109,9 @@ def llm_namer_build(*, model: str, usage: NamingUsage, wanted: set[str] | None =
         if isinstance(value, dict) and not validate(value, NAMING_SCHEMA):
             usage.cached += 1
         else:
-            value = _call(model=model, api_base=api_base, api_key=api_key, messages=messages, usage=usage)
-            if value is None or validate(value, NAMING_SCHEMA):
+            value = _call(endpoint=endpoint, messages=messages, usage=usage,
+                          check=lambda reply: validate(reply, NAMING_SCHEMA))
+            if value is None:
                 usage.failed += 1
                 usage.streak += 1
                 return None
@@ -144,24 +125,26 @@ def llm_namer_build(*, model: str, usage: NamingUsage, wanted: set[str] | None =
     return namer
 
 
-def _call(*, model: str, api_base: str | None, api_key: str | None, messages: list[dict],
-          usage: NamingUsage) -> dict | None:
-    litellm = _litellm()
-    usage.calls += 1
+def _call(*, endpoint: LlmEndpoint, messages: list[dict], usage: NamingUsage, check: Check) -> dict | None:
+    """The valid name, or None (counted, with the reason kept in usage.errors)."""
     try:
-        response = litellm.completion(
-            model=model, messages=messages, api_base=api_base, api_key=api_key,
-            response_format={"type": "json_object"}, temperature=0, timeout=60, num_retries=1, drop_params=True,
-        )
+        reply = llm_json_complete(
+            messages=messages, check=check,
+            complete=lambda conversation: llm_complete(endpoint=endpoint, messages=conversation, usage=usage))
     except Exception as exc:  # noqa: BLE001 - naming is optional: the offline name stays
-        if len(usage.errors) < 5:
-            usage.errors.append(f"{type(exc).__name__}: {str(exc)[:200]}")
-        logger.warning("insights.naming_failed model=%s error=%s", model, type(exc).__name__)
+        _failed(usage=usage, model=endpoint.model, error=f"{type(exc).__name__}: {str(exc)[:200]}")
         return None
-    tokens = getattr(response, "usage", None)
-    usage.input_tokens += int(getattr(tokens, "prompt_tokens", 0) or 0)
-    usage.output_tokens += int(getattr(tokens, "completion_tokens", 0) or 0)
-    return _parse(response.choices[0].message.content or "")
+    if reply.problems:
+        _failed(usage=usage, model=endpoint.model, error="invalid name after one repair: "
+                + "; ".join(reply.problems)[:200])
+        return None
+    return reply.value
+
+
+def _failed(*, usage: NamingUsage, model: str, error: str) -> None:
+    if len(usage.errors) < MAX_ERRORS:
+        usage.errors.append(error)
+    logger.warning("insights.naming_failed model=%s error=%s", model, error.split(":", 1)[0])
 
 
 def judges_of(judges: list[str]) -> dict[str, int]:

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from diagnosis.judges.llm.client import price_per_token
+from clear.llm import price_per_token
 from evolution.errors import BackendError, SandboxUnavailable
 from evolution.sandbox import Limits, sandbox_runner_get
 from evolution.sandbox.types import sandbox_base_env
@@ -188,7 +188,7 @@ class ExternalCommandBackend(CodingBackend):
             template.cleanup(invocation)
         outcome = template.parse(stdout=proc.stdout, invocation=invocation)
         if not outcome.cost_usd and (outcome.tokens_in or outcome.tokens_out) and (outcome.model or self.model):
-            price = price_per_token(outcome.model or self.model, None)
+            price = price_per_token(model=outcome.model or self.model)
             if price:
                 outcome.cost_usd = outcome.tokens_in * price[0] + outcome.tokens_out * price[1]
         exit_code = proc.exit_code if proc.exit_code is not None else 128 + (proc.signal or 0)

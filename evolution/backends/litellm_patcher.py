@@ -4,7 +4,8 @@ Read-only roles get the role prompt, the request and the relevant files (see lit
 role's JSON. The implementer answers with the same JSON plus `edits` (search/replace, see litellm_edits); the backend
 validates every edit against the workdir and only then writes them all. An invalid reply (not JSON, schema errors,
 edits that do not apply) gets exactly one repair request carrying the problems; a second invalid reply fails the role
-with those problems in RoleResult.error and the workdir untouched.
+with those problems in RoleResult.error and the workdir untouched. The call, its retries, the JSON parsing and the
+repair request are the shared LLM client's (clear/llm.py); this backend adds the deadline and cancel().
 
 Config: model (required; a LiteLLM model string), api_base, api_key_env (the variable holding the key, read from the
 request's env, else the process env), temperature (0), max_tokens, max_retries (3: 429s and timeouts only),
@@ -18,7 +19,6 @@ import copy
 import importlib.metadata
 import json
 import os
-import random
 import threading
 import time
 import urllib.error
@@ -27,10 +27,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from diagnosis.judges.llm.client import (
-    BACKOFF_BASE_S, BACKOFF_MAX_S, RETRY_AFTER_MAX_S, _litellm, _parse, _retry_after, price_per_token, sleep,
-)
-from diagnosis.judges.llm.prompts import REPAIR_TEMPLATE
+from clear.llm import LlmEndpoint, LlmReply, LlmUsage, cost_usd, litellm_load, llm_complete, llm_json_complete
 from evolution.errors import BackendError
 
 from .base import Access, CodingBackend, Preflight, RoleRequest, RoleResult
@@ -90,7 +87,7 @@ class LiteLLMPatcherBackend(CodingBackend):
                              error=f"the API key variable {self.api_key_env} (config api_key_env) is not set")
         if not self.api_base:
             try:
-                _litellm().get_llm_provider(self.model)
+                litellm_load().get_llm_provider(self.model)
             except Exception as error:  # noqa: BLE001 - preflight reports, never raises
                 return Preflight(ok=False, version=version, error=f"LiteLLM does not know the provider of "
                                  f"{self.model!r}: {str(error)[:300]}")
@@ -142,22 +139,27 @@ class _Run:
         self.backend, self.request, self.started, self.transcript = backend, request, started, transcript
         self.edit_mode = request.access == Access.READ_WRITE
         self.schema = _reply_schema(request.output_schema, self.edit_mode)
-        self.tokens_in = self.tokens_out = 0
+        self.usage = LlmUsage()
         self.cost = 0.0
         self.raw = ""
         self.model = backend.model
+        self.writes: list = []
 
     def result(self, *, exit_code: int, error: str = "", output: dict | None = None,
                timed_out: bool = False) -> RoleResult:
         self._log({"event": "result", "exit_code": exit_code, "error": error, "output": output})
         return RoleResult(exit_code=exit_code, timed_out=timed_out, output=output, raw_output=self.raw,
-                          transcript_path=self.transcript, tokens_in=self.tokens_in, tokens_out=self.tokens_out,
-                          cost_usd=self.cost, elapsed_s=round(time.monotonic() - self.started, 3), model=self.model,
-                          error=error)
+                          transcript_path=self.transcript, tokens_in=self.usage.input_tokens,
+                          tokens_out=self.usage.output_tokens, cost_usd=self.cost,
+                          elapsed_s=round(time.monotonic() - self.started, 3), model=self.model, error=error)
 
     def _log(self, entry: dict) -> None:
         with self.transcript.open("a", encoding="utf-8") as stream:
             stream.write(json.dumps(entry, ensure_ascii=False, default=str) + "\n")
+
+    def _logged_reply(self, attempt: int, content: str, problems: list[str]) -> None:
+        self.raw = content
+        self._log({"event": "reply", "attempt": attempt, "content": content, "problems": problems})
 
     def execute(self) -> RoleResult:
         backend, request = self.backend, self.request
@@ -169,24 +171,15 @@ class _Run:
         messages = self._messages()
         self._log({"event": "request", "role": str(request.role), "iteration": request.iteration,
                    "round": request.round, "access": str(request.access), "messages": messages})
-        problems: list[str] = []
-        for attempt in (1, 2):
-            content = self._complete(messages)
-            self.raw = content
-            value, problems, writes = self._check(content)
-            self._log({"event": "reply", "attempt": attempt, "content": content, "problems": problems})
-            if not problems:
-                break
-            if attempt == 1:
-                messages = [*messages, {"role": "assistant", "content": content[:20000]},
-                            {"role": "user", "content": REPAIR_TEMPLATE.format(error="; ".join(problems)[:3000])}]
-        else:
+        reply = llm_json_complete(messages=messages, complete=self._complete, check=self._check, repair_chars=3000,
+                                  on_reply=self._logged_reply)
+        if reply.problems:
             return self.result(exit_code=EXIT_FAILED,
-                               error="rejected after one repair round: " + "; ".join(problems)[:2000])
-        output = {key: item for key, item in value.items() if key != "edits"}
+                               error="rejected after one repair round: " + "; ".join(reply.problems)[:2000])
+        output = {key: item for key, item in reply.value.items() if key != "edits"}
         if self.edit_mode:
             try:
-                changed = edits_apply(writes=writes)
+                changed = edits_apply(writes=self.writes)
             except OSError as error:
                 return self.result(exit_code=EXIT_FAILED, error=f"could not write the edits: {error}")
             self._log({"event": "applied", "files": changed})
@@ -208,20 +201,19 @@ class _Run:
         return [{"role": "system", "content": system},
                 {"role": "user", "content": f"{request.user_input.rstrip()}\n\n{context.render()}"}]
 
-    def _check(self, content: str) -> tuple[dict | None, list[str], list]:
-        value, parse_error = _parse(content)
-        if value is None:
-            return None, [parse_error], []
+    def _check(self, value: dict) -> list[str]:
+        """The reply's problems; on an edit reply that passes, the planned writes are kept for execute()."""
+        self.writes = []
         problems = output_validate(value=value, schema=self.schema)
         if problems or not self.edit_mode:
-            return value, problems, []
+            return problems
         edits, problems = edits_parse(value=value.get("edits"))
         if problems:
-            return value, problems, []
+            return problems
         limits = self.backend.limits
-        writes, problems = edits_plan(workdir=self.request.workdir, edits=edits,
-                                      max_file_bytes=limits["max_file_bytes"], max_files=limits["max_edit_files"])
-        return value, problems, writes
+        self.writes, problems = edits_plan(workdir=self.request.workdir, edits=edits,
+                                           max_file_bytes=limits["max_file_bytes"], max_files=limits["max_edit_files"])
+        return problems
 
     # -- the model call ----------------------------------------------------------------------------------------
 
@@ -233,31 +225,30 @@ class _Run:
             raise _Stopped("cancelled", timed_out=False)
         return remaining
 
-    def _complete(self, messages: list[dict]) -> str:
-        """One completion (429s and timeouts retried), run in a thread so that cancel() and the deadline cut it."""
-        litellm = _litellm()
-        attempt = 0
-        while True:
-            attempt += 1
-            remaining = self._remaining()
-            try:
-                response = self._wait(lambda: self._call(messages, remaining), remaining)
-            except (litellm.RateLimitError, litellm.Timeout) as error:
-                if attempt > self.backend.limits["max_retries"]:
-                    raise _Stopped(f"model call failed: {type(error).__name__}: {str(error)[:500]}",
-                                   timed_out=isinstance(error, litellm.Timeout)) from error
-                wait = _retry_after(error)
-                if wait is None:
-                    wait = min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2 ** (attempt - 1)) * (0.5 + random.random() / 2)
-                sleep(min(wait, RETRY_AFTER_MAX_S, self._remaining()))
-                continue
-            except _Stopped:
-                raise
-            except Exception as error:  # noqa: BLE001 - a provider error fails the role with its message
-                raise _Stopped(f"model call failed: {type(error).__name__}: {str(error)[:500]}",
-                               timed_out=False) from error
-            self._account(response, messages)
-            return response.choices[0].message.content or ""
+    def _complete(self, messages: list[dict]) -> LlmReply:
+        """One completion (429s and timeouts retried by the client) cut by cancel() and the role's deadline."""
+        backend = self.backend
+        endpoint = LlmEndpoint(
+            model=backend.model, api_base=backend.api_base, temperature=backend.temperature,
+            api_key=_env_value(backend.api_key_env, self.request.env) if backend.api_key_env else None,
+            timeout=self.request.timeout_s, max_retries=backend.limits["max_retries"], max_tokens=backend.max_tokens,
+        )
+        try:
+            reply = llm_complete(endpoint=endpoint, messages=messages, usage=self.usage, remaining=self._remaining,
+                                 runner=self._wait)
+        except _Stopped:
+            raise
+        except Exception as error:  # noqa: BLE001 - a provider error fails the role with its message
+            raise _Stopped(f"model call failed: {type(error).__name__}: {str(error)[:500]}",
+                           timed_out=isinstance(error, litellm_load().Timeout)) from error
+        self.model = reply.model
+        # LiteLLM's own cost first: it knows provider details (cached or reasoning tokens) the table does not.
+        cost = reply.provider_cost
+        if cost is None:
+            cost = cost_usd(model=backend.model, input_tokens=reply.input_tokens,
+                            output_tokens=reply.output_tokens) or 0.0
+        self.cost += cost
+        return reply
 
     def _wait(self, call, remaining: float):
         pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
@@ -272,26 +263,3 @@ class _Run:
                     raise _Stopped("cancelled", timed_out=False) from None
                 if time.monotonic() >= deadline:
                     raise _Stopped(f"timed out after {self.request.timeout_s:g} s", timed_out=True) from None
-
-    def _call(self, messages: list[dict], remaining: float):
-        backend = self.backend
-        api_key = _env_value(backend.api_key_env, self.request.env) if backend.api_key_env else None
-        extra = {"max_tokens": backend.max_tokens} if backend.max_tokens else {}
-        return _litellm().completion(
-            model=backend.model, messages=messages, api_base=backend.api_base, api_key=api_key,
-            response_format={"type": "json_object"}, temperature=backend.temperature, timeout=remaining,
-            num_retries=0, max_retries=0, drop_params=True, **extra,
-        )
-
-    def _account(self, response, messages: list[dict]) -> None:
-        usage = getattr(response, "usage", None)
-        tokens_in = int(getattr(usage, "prompt_tokens", 0) or 0)
-        tokens_out = int(getattr(usage, "completion_tokens", 0) or 0)
-        self.tokens_in += tokens_in
-        self.tokens_out += tokens_out
-        self.model = getattr(response, "model", None) or self.model
-        cost = (getattr(response, "_hidden_params", None) or {}).get("response_cost")
-        if cost is None:
-            price = price_per_token(self.backend.model, None)
-            cost = tokens_in * price[0] + tokens_out * price[1] if price else 0.0
-        self.cost += float(cost)

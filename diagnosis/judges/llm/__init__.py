@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from diagnosis.judges.contract import JudgeResult, TraceView
 
-from .client import BUDGET_EXHAUSTED, BudgetGate, cache_key, price_per_token
+from .client import BUDGET_EXHAUSTED, BudgetGate, cache_key
 from .config import Budget, LlmJudgeConfig
 from .prompts import PROMPT_VERSIONS, RUBRIC_GEN_JUDGE, STEP_JUDGE, SYSTEM_PROMPTS, TRACE_JUDGE, WINDOW_JUDGE
 from .render import TraceIndex
@@ -44,7 +44,6 @@ __all__ = [
     "WINDOW_JUDGE",
     "cache_key",
     "judge_trace_with_llm",
-    "price_per_token",
 ]
 
 

@@ -6,6 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from clear.llm import LlmEndpoint
+
 
 @runtime_checkable
 class Budget(Protocol):
@@ -31,6 +33,10 @@ class LlmJudgeConfig:
     cache_get: Callable[[str], dict | None] | None = None  # content-hash cache supplied by the caller
     cache_put: Callable[[str, dict], None] | None = None
     budget: Budget | None = None  # .allow(tokens_estimate) -> bool and .spend(tokens, cost)
+
+    def endpoint(self) -> LlmEndpoint:
+        return LlmEndpoint(model=self.model, api_base=self.api_base, api_key=self.api_key, timeout=self.timeout,
+                           max_retries=self.max_retries)
 
     @classmethod
     def from_settings(cls, **overrides) -> "LlmJudgeConfig":

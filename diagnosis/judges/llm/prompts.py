@@ -149,11 +149,6 @@ _PREFACES = {
     RUBRIC_GEN_JUDGE: "Write the rubrics for the goal in this data block.",
 }
 
-REPAIR_TEMPLATE = (
-    "Your reply could not be used: {error}\n"
-    "Reply again with only the corrected JSON object, in the format given in your instructions."
-)
-
 
 def encode_data(payload: Any) -> str:
     """Compact JSON of the payload (key order as rendered: deterministic for the same trace) with every delimiter

@@ -6,7 +6,8 @@
   data block so the judge still sees the task. Identical stack traces inside one block are shown once.
 * Only a span that alone exceeds the window is cut (middle-out, with a visible "[clear: N characters cut ...]"
   marker) and reported as truncated; nothing else is ever dropped.
-* Tokens are estimated as characters / 3.5 (JSON-heavy text is denser than prose; conservative for windows).
+* Tokens are estimated as characters / 3.5 (clear.llm.tokens_estimate: JSON-heavy text is denser than prose;
+  conservative for windows).
 """
 
 from __future__ import annotations
@@ -17,21 +18,17 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from clear.llm import CHARS_PER_TOKEN
+from clear.llm import tokens_estimate as estimate_tokens
 from diagnosis.judges.contract import SpanView, TraceView
 
 JUDGED_KINDS = ("LLM", "TOOL", "AGENT")
-CHARS_PER_TOKEN = 3.5
 BRIEF_CHARS = 160
 MAX_CHILDREN_LISTED = 20
 MIN_CUT_CHARS = 200
 _ATTRIBUTE_HINTS = ("finish_reason", "error", "exit_code", "status_code", "tool.description")
 _CUTTABLE = ("input", "output", "exceptions", "attributes", "context", "children", "status_message", "goal",
              "final_output", "text")
-
-
-def estimate_tokens(value: Any) -> int:
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
-    return int(len(text) / CHARS_PER_TOKEN) + 1
 
 
 def _canonical(value: Any) -> str:

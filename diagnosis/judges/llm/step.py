@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import json
 
+from clear.llm import price_per_token
 from diagnosis.judges.contract import JudgeResult, TraceView
 
-from .client import BudgetGate, CallOutcome, call_json, price_per_token
+from .client import BudgetGate, CallOutcome, call_json
 from .config import LlmJudgeConfig
 from .prompts import PROMPT_VERSIONS, STEP_JUDGE, SYSTEM_PROMPTS, messages_for, quote_ids, user_message
 from .render import JUDGED_KINDS, Block, TraceIndex, cut_to_fit, estimate_tokens, pack, render_span
@@ -89,7 +90,7 @@ def _block_results(block: Block, number: int, count: int, outcome: CallOutcome, 
     in_shares = split_evenly(outcome.input_tokens, [estimate_tokens(item) for item in block.items])
     out_shares = split_evenly(outcome.output_tokens,
                               [len(json.dumps(verdicts.get(sid, {}))) for sid in block.span_ids])
-    price = price_per_token(config.model, config.price_overrides) if outcome.input_tokens else None
+    price = price_per_token(model=config.model, overrides=config.price_overrides) if outcome.input_tokens else None
     results = []
     for position, sid in enumerate(block.span_ids):
         tokens_in, tokens_out = in_shares[position], out_shares[position]

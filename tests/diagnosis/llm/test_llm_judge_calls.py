@@ -1,11 +1,12 @@
-"""LLM judges: retries (429, timeouts only), budget, content-hash cache, and the number of model calls."""
+"""LLM judges: retries (through the shared client, tests/clear/test_llm.py), budget, content-hash cache, and the
+number of model calls."""
 
 import threading
-import time
 
 import pytest
 
-from diagnosis.judges.llm import LlmJudgeConfig, client, judge_trace_with_llm
+from clear import llm
+from diagnosis.judges.llm import LlmJudgeConfig, judge_trace_with_llm
 from tests.diagnosis.llm.helpers import judge_of, judge_reply, linear_trace, support_desk_traces
 
 MODEL = "openai/gpt-4o-mini"
@@ -19,7 +20,7 @@ def config(fake_llm, **overrides) -> LlmJudgeConfig:
 def waits(monkeypatch):
     """Records the back-off waits instead of sleeping."""
     recorded: list[float] = []
-    monkeypatch.setattr(client, "sleep", recorded.append)
+    monkeypatch.setattr(llm, "sleep", recorded.append)
     return recorded
 
 
@@ -28,7 +29,7 @@ def trace_only(fake_llm, **overrides):
                                 config=config(fake_llm, step_judges=False, **overrides))
 
 
-def test_429_is_retried_honouring_retry_after(fake_llm, waits):
+def test_429_is_retried_by_the_shared_client_and_counted(fake_llm, waits):
     fake_llm.script({"status": 429, "headers": {"Retry-After": "7"}}, default=judge_reply)
     [result] = trace_only(fake_llm)
 
@@ -37,37 +38,13 @@ def test_429_is_retried_honouring_retry_after(fake_llm, waits):
     assert result.status == "ok" and result.details["calls"] == 2
 
 
-def test_429_without_retry_after_backs_off_exponentially(fake_llm, waits):
-    fake_llm.script(*[{"status": 429}] * 3, default=judge_reply)
-    [result] = trace_only(fake_llm)
-
-    assert fake_llm.call_count == 4 and result.status == "ok"
-    assert len(waits) == 3
-    for attempt, wait in enumerate(waits):
-        base = client.BACKOFF_BASE_S * 2 ** attempt
-        assert base / 2 <= wait <= base
-
-
-def test_retries_stop_after_max_retries(fake_llm, waits):
+def test_spent_retries_make_an_error_result_never_a_score(fake_llm, waits):
     fake_llm.script(default={"status": 429, "headers": {"retry-after-ms": "10"}})
     [result] = trace_only(fake_llm, max_retries=2)
 
     assert fake_llm.call_count == 3
     assert waits == [0.01, 0.01]
     assert result.status == "error" and result.score is None and "RateLimitError" in result.error
-
-
-def test_timeout_is_retried(fake_llm, waits):
-    def slow(request):
-        time.sleep(1.5)
-        return judge_reply(request)
-
-    fake_llm.script(slow, default=judge_reply)
-    [result] = trace_only(fake_llm, timeout=0.5)
-
-    assert fake_llm.call_count == 2
-    assert len(waits) == 1
-    assert result.status == "ok"
 
 
 @pytest.mark.parametrize("status", [400, 401, 500, 503])

@@ -1,0 +1,248 @@
+"""Clear's one LLM client: the LiteLLM call, its retry policy, JSON replies with one repair, tokens and cost.
+
+The LLM judges and attributions (diagnosis/judges/llm/client.py adds their cache and budget), the insight naming
+(diagnosis/insights/naming.py) and the evolution patcher (evolution/backends/litellm_patcher.py) all call models
+through here, so they retry, parse, repair and count alike. Nothing here knows a prompt, a schema or a verdict.
+
+* Retries: `litellm.RateLimitError` (429) and `litellm.Timeout` only, at most `max_retries`, waiting Retry-After
+  (seconds or HTTP date; `retry-after-ms` too) when the provider sends it, else exponential backoff with jitter.
+  Every other error is raised at once. LiteLLM's and the OpenAI SDK's own retries are switched off, so that this
+  is the only policy (and its waits can be cut by a caller's deadline).
+* JSON: one object per reply (a ```json fence is tolerated). A reply that is not one, or that the caller's check
+  rejects, gets exactly one repair request carrying the problems.
+* Tokens: as the provider reports them, else estimated (characters / 3.5) with a note. Cost: tokens x the price
+  table (the caller's overrides, else `litellm.model_cost`, with and without the provider prefix); None when the
+  model has no known price.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from email.utils import parsedate_to_datetime
+from types import ModuleType
+from typing import Any
+
+BACKOFF_BASE_S = 1.0
+BACKOFF_MAX_S = 30.0
+RETRY_AFTER_MAX_S = 120.0  # a provider asking for longer is treated as down for this call, not waited on
+CHARS_PER_TOKEN = 3.5  # JSON-heavy text is denser than prose: conservative for budgets and windows
+REPAIR_CONTENT_CHARS = 20_000  # the rejected reply sent back with the repair request
+REPAIR_TEMPLATE = (
+    "Your reply could not be used: {error}\n"
+    "Reply again with only the corrected JSON object, in the format given in your instructions."
+)
+CUT_OFF_NOTE = " (the reply was cut off by the output token limit: be more concise)"
+NO_USAGE_NOTE = "provider reported no token usage: estimated"
+_FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
+
+Check = Callable[[dict], list[str]]
+
+
+def litellm_load() -> ModuleType:
+    """LiteLLM, imported on first use (≈3 s) with the bundled price table instead of a download at import."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import litellm
+
+    litellm.suppress_debug_info = True
+    return litellm
+
+
+def sleep(seconds: float) -> None:  # module-level so tests can record the waits instead
+    time.sleep(seconds)
+
+
+def tokens_estimate(value: Any) -> int:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    return int(len(text) / CHARS_PER_TOKEN) + 1
+
+
+@dataclass(frozen=True)
+class LlmEndpoint:
+    model: str  # any LiteLLM provider string, e.g. "openai/gpt-4o-mini", "ollama/llama3"
+    api_base: str | None = None
+    api_key: str | None = None
+    timeout: float = 60.0  # seconds per request
+    max_retries: int = 3  # on 429 and timeouts only
+    temperature: float = 0.0
+    max_tokens: int | None = None
+
+
+@dataclass
+class LlmUsage:
+    """Running totals of one caller's requests; callers subclass it to carry their own outcome."""
+
+    calls: int = 0  # HTTP requests made, retries included
+    input_tokens: int = 0
+    output_tokens: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class LlmReply:
+    content: str
+    finish_reason: str
+    model: str  # as the provider names it, else the endpoint's
+    input_tokens: int
+    output_tokens: int
+    provider_cost: float | None  # LiteLLM's own cost of the response, when it computed one
+
+
+@dataclass(frozen=True)
+class JsonReply:
+    value: dict | None  # the last reply's JSON object (None when it was not one)
+    problems: list[str]  # why the last reply was rejected; empty when it was accepted
+    content: str
+    repaired: bool  # accepted on the repair round
+
+
+def retry_after_seconds(*, error: BaseException) -> float | None:
+    """The wait a 429 or timeout asks for (Retry-After in seconds or as an HTTP date, or retry-after-ms)."""
+    headers = getattr(error, "litellm_response_headers", None)
+    if headers is None:
+        headers = getattr(getattr(error, "response", None), "headers", None)
+    if not headers:
+        return None
+    try:
+        millis = headers.get("retry-after-ms")
+        if millis is not None:
+            return max(0.0, float(millis) / 1000)
+        value = headers.get("retry-after")
+        if value is None:
+            return None
+        try:
+            return max(0.0, float(value))
+        except ValueError:
+            return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
+    except (TypeError, ValueError, AttributeError):
+        return None
+
+
+def backoff_seconds(*, attempt: int, error: BaseException) -> float:
+    """What the provider asked for, else exponential backoff with jitter (spreads concurrent callers apart)."""
+    wait = retry_after_seconds(error=error)
+    if wait is None:
+        wait = min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2 ** (attempt - 1)) * (0.5 + random.random() / 2)
+    return min(wait, RETRY_AFTER_MAX_S)
+
+
+def price_per_token(*, model: str, overrides: Mapping[str, tuple[float, float]] | None = None,
+                    ) -> tuple[float, float] | None:
+    """(usd per input token, per output token), or None when neither the overrides nor LiteLLM know the model."""
+    if overrides and model in overrides:
+        price_in, price_out = overrides[model]
+        return float(price_in), float(price_out)
+    table = litellm_load().model_cost
+    for name in (model, model.split("/", 1)[-1]):
+        entry = table.get(name)
+        if entry and "input_cost_per_token" in entry:
+            return float(entry.get("input_cost_per_token") or 0.0), float(entry.get("output_cost_per_token") or 0.0)
+    return None
+
+
+def cost_usd(*, model: str, input_tokens: int, output_tokens: int,
+             overrides: Mapping[str, tuple[float, float]] | None = None) -> float | None:
+    price = price_per_token(model=model, overrides=overrides)
+    if price is None:
+        return None
+    return input_tokens * price[0] + output_tokens * price[1]
+
+
+def json_object_parse(*, content: str) -> tuple[dict | None, str]:
+    """(the reply's JSON object, "") or (None, why it is not one: a sentence the repair request can carry)."""
+    text = (content or "").strip()
+    match = _FENCE.match(text)
+    if match:
+        text = match.group(1)
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        return None, f"the reply is not valid JSON ({error.msg} at line {error.lineno} column {error.colno})"
+    if not isinstance(value, dict):
+        return None, "the reply must be one JSON object"
+    return value, ""
+
+
+def llm_complete(*, endpoint: LlmEndpoint, messages: list[dict], usage: LlmUsage,
+                 remaining: Callable[[], float] | None = None,
+                 runner: Callable[[Callable[[], Any], float], Any] | None = None) -> LlmReply:
+    """One JSON-mode completion, retrying 429s and timeouts; raises the provider's error otherwise, or once the
+    retries are spent. Tokens and requests are added to `usage`.
+
+    `remaining()` gives the seconds left before the caller's deadline (and may raise to stop): each request's
+    timeout and each wait are cut to it. `runner(call, timeout)` runs the request (e.g. in a thread the caller can
+    abandon when cancelled); by default it runs here."""
+    litellm = litellm_load()
+    attempt = 0
+    while True:
+        attempt += 1
+        timeout = endpoint.timeout if remaining is None else min(endpoint.timeout, remaining())
+
+        def call(timeout: float = timeout) -> Any:
+            extra = {"max_tokens": endpoint.max_tokens} if endpoint.max_tokens else {}
+            return litellm.completion(
+                model=endpoint.model, messages=messages, api_base=endpoint.api_base, api_key=endpoint.api_key,
+                response_format={"type": "json_object"}, temperature=endpoint.temperature, timeout=timeout,
+                num_retries=0, max_retries=0, drop_params=True, **extra,
+            )
+
+        usage.calls += 1
+        try:
+            response = runner(call, timeout) if runner is not None else call()
+        except (litellm.RateLimitError, litellm.Timeout) as error:
+            if attempt > endpoint.max_retries:
+                raise
+            wait = backoff_seconds(attempt=attempt, error=error)
+            sleep(wait if remaining is None else min(wait, remaining()))
+            continue
+        return _reply(response=response, endpoint=endpoint, messages=messages, usage=usage)
+
+
+def _reply(*, response: Any, endpoint: LlmEndpoint, messages: list[dict], usage: LlmUsage) -> LlmReply:
+    tokens = getattr(response, "usage", None)
+    prompt = getattr(tokens, "prompt_tokens", None)
+    completion = getattr(tokens, "completion_tokens", None)
+    choice = response.choices[0]
+    content = choice.message.content or ""
+    if prompt is None or completion is None:
+        usage.notes.append(NO_USAGE_NOTE)
+        prompt, completion = tokens_estimate(messages), tokens_estimate(content)
+    usage.input_tokens += int(prompt)
+    usage.output_tokens += int(completion)
+    provider_cost = (getattr(response, "_hidden_params", None) or {}).get("response_cost")
+    return LlmReply(content=content, finish_reason=getattr(choice, "finish_reason", "") or "",
+                    model=getattr(response, "model", None) or endpoint.model, input_tokens=int(prompt),
+                    output_tokens=int(completion),
+                    provider_cost=None if provider_cost is None else float(provider_cost))
+
+
+def llm_json_complete(*, messages: list[dict], complete: Callable[[list[dict]], LlmReply], check: Check | None = None,
+                      repair_chars: int = 1500, on_reply: Callable[[int, str, list[str]], None] | None = None,
+                      ) -> JsonReply:
+    """Ask for one JSON object; a reply that is not one, or that `check` finds problems with, gets exactly one
+    repair request carrying those problems (at most `repair_chars` of them).
+
+    `complete(conversation)` makes the request (usually `llm_complete` with the caller's endpoint, budget or
+    deadline); its exceptions propagate. `on_reply(round, content, problems)` sees every reply, e.g. for a log."""
+    conversation = list(messages)
+    for round_no in (1, 2):
+        reply = complete(conversation)
+        value, parse_error = json_object_parse(content=reply.content)
+        if value is None:
+            problems = [parse_error + (CUT_OFF_NOTE if reply.finish_reason == "length" else "")]
+        else:
+            problems = check(value) if check is not None else []
+        if on_reply is not None:
+            on_reply(round_no, reply.content, problems)
+        if not problems:
+            return JsonReply(value=value, problems=[], content=reply.content, repaired=round_no == 2)
+        if round_no == 1:
+            error = "; ".join(problems)[:repair_chars]
+            conversation += [{"role": "assistant", "content": reply.content[:REPAIR_CONTENT_CHARS]},
+                             {"role": "user", "content": REPAIR_TEMPLATE.format(error=error)}]
+    return JsonReply(value=value, problems=problems, content=reply.content, repaired=False)
