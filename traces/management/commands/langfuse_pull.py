@@ -12,14 +12,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from clear.errors import ClearError
 from traces.management.commands.import_traces import project_or_command_error
-from traces.services.langfuse_pull import (
-    DEFAULT_PAGE_SIZE,
-    DEFAULT_RETRIES,
-    DEFAULT_TIMEOUT,
-    PullSummary,
-    langfuse_pull,
-    parse_time,
-)
+from traces.services.langfuse_client import DEFAULT_RETRIES, DEFAULT_TIMEOUT, PullSummary
+from traces.services.langfuse_pull import DEFAULT_PAGE_SIZE, langfuse_pull, parse_time
 
 
 class Command(BaseCommand):
