@@ -210,6 +210,24 @@ def test_provider_errors_and_timeouts(fake_llm, repo, tmp_path, monkeypatch):
     assert (repo / "pkg" / "calc.py").read_text() == CALC
 
 
+def test_429s_are_retried_with_waits_cut_to_the_deadline(fake_llm, repo, tmp_path, monkeypatch):
+    from clear import llm
+
+    waits: list[float] = []
+    monkeypatch.setattr(llm, "sleep", waits.append)
+    backend = _configured(fake_llm, monkeypatch, max_retries=2)
+    fake_llm.script({"status": 429, "headers": {"Retry-After": "100"}}, default=_reply([], summary="no change"))
+    result = backend.run_role(_request(repo, tmp_path, role=Role.LOCATOR, access=Access.READ_ONLY,
+                                       schema=IMPLEMENTER_SCHEMA, timeout_s=20.0))
+    assert result.exit_code == 0 and fake_llm.call_count == 2
+    assert len(waits) == 1 and 0 < waits[0] <= 20.0  # Retry-After 100 s, cut to what is left of the role's 20 s
+
+    fake_llm.script(default={"status": 429, "headers": {"retry-after-ms": "1"}})
+    spent = backend.run_role(_request(repo, tmp_path))
+    assert fake_llm.call_count == 3 and spent.exit_code != 0 and "RateLimitError" in spent.error
+    assert not spent.timed_out
+
+
 def test_cancel_returns_without_waiting_for_the_model(fake_llm, repo, tmp_path, monkeypatch):
     backend = _configured(fake_llm, monkeypatch)
     fake_llm.script(lambda request: time.sleep(3) or _reply([
