@@ -13,7 +13,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from clear.errors import ClearError, NotFoundError
 from clear.projects.models import Project
 from clear.projects.selectors import project_get_by_name
-from traces.services.imports import OUTCOMES, ImportSummary, notes_grouped, summary_as_dict, traces_import
+from traces.services.import_summary import ImportSummary, notes_grouped, summary_as_dict
+from traces.services.imports import OUTCOMES, traces_import
 
 _BAR_WIDTH = 30
 
