@@ -42,3 +42,30 @@ def postgres_fast_path(fast: Callable[P, R]) -> Callable[[Callable[P, R]], Calla
         return dispatch
 
     return decorate
+
+
+def raw_cursor(connection):
+    """psycopg's server-side-binding cursor on Django's connection (inside its current transaction)."""
+    import psycopg
+
+    connection.ensure_connection()
+    return psycopg.Cursor(connection.connection)
+
+
+def insert_select_parts(connection, model, given: dict[str, str]) -> tuple[str, str, dict]:
+    """(column list, SELECT list, parameters) of an `INSERT INTO table (...) SELECT ...` of `model` rows: the
+    columns in `given` take its SQL expressions, every other column its field default as a typed parameter (the
+    model's defaults are Python-side, so a raw INSERT must spell them out)."""
+    quote = connection.ops.quote_name
+    fields = [f for f in model._meta.concrete_fields if not f.primary_key]
+    template = model()
+    columns, values, params = [], [], {}
+    for f in fields:
+        columns.append(quote(f.column))
+        if f.attname in given:
+            values.append(given[f.attname])
+        else:
+            # The cast types the parameter (a None default would otherwise be text, whatever the column).
+            values.append(f"%(d_{f.attname})s::{f.db_type(connection)}")
+            params[f"d_{f.attname}"] = f.get_db_prep_save(getattr(template, f.attname), connection)
+    return ", ".join(columns), ", ".join(values), params

@@ -42,6 +42,9 @@ SQLITE_TESTS=(tests/frontend tests/api tests/tickets tests/foundation tests/trac
               tests/diagnosis/test_diagnose_command.py tests/evolution/test_api.py tests/evolution/test_commands.py
               --deselect tests/foundation/test_demo.py)
 status=0
+# The layering contracts of pyproject.toml ([tool.importlinter]); a broken one fails the run.
+echo "==> lint-imports"
+"$BIN/lint-imports" --no-cache || status=$?
 echo "==> the whole suite on Postgres"
 CLEAR_TEST_DATABASE=postgres "$PY" -m pytest ${xdist[@]+"${xdist[@]}"} || status=$?
 sqlite_var="$(mktemp -d -t clear-test-sqlite.XXXXXX)"

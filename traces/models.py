@@ -145,26 +145,3 @@ class Score(models.Model):
                 fields=["project", "external_id"], condition=~models.Q(external_id=""), name="score_unique_external_id"
             )
         ]
-
-
-class OutboxItem(models.Model):
-    """Follow-up work written in the ingesting transaction; a sweeper hands it to Celery, so a broker outage
-    delays the work but never loses it or fails the request."""
-
-    topic = models.CharField(max_length=100)
-    key = models.CharField(max_length=200)
-    payload = models.JSONField(default=dict)
-    created_at = models.DateTimeField(auto_now_add=True)
-    available_at = models.DateTimeField()
-    dispatched_at = models.DateTimeField(null=True, blank=True)
-    attempts = models.PositiveIntegerField(default=0)
-    last_error = models.TextField(blank=True)
-
-    class Meta:
-        constraints = [
-            # One pending item per (topic, key): a trace receiving 100 batches gets finalised once, not 100 times.
-            models.UniqueConstraint(
-                fields=["topic", "key"], condition=models.Q(dispatched_at__isnull=True), name="outbox_pending_unique"
-            )
-        ]
-        indexes = [models.Index(fields=["dispatched_at", "available_at"], name="outbox_pending")]

@@ -55,6 +55,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "clear.projects",
     "clear.webhooks",
+    "clear.outbox",
     "traces",
     "diagnosis",
     "diagnosis.attribution",
@@ -206,8 +207,8 @@ CELERY_TASK_SOFT_TIME_LIMIT = env_int("CELERY_TASK_SOFT_TIME_LIMIT", 600)
 CELERY_TASK_TIME_LIMIT = env_int("CELERY_TASK_TIME_LIMIT", 660)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE: dict = {
-    # Hands pending outbox rows to the workers (they stay pending while the broker is down).
-    "traces-outbox-sweep": {"task": "traces.outbox_sweep", "schedule": env_float("CLEAR_OUTBOX_SWEEP_SECONDS", 5.0)},
+    # Hands pending outbox rows to their subscribers (they stay pending while the broker is down).
+    "outbox-sweep": {"task": "outbox.sweep", "schedule": env_float("CLEAR_OUTBOX_SWEEP_SECONDS", 5.0)},
     # Judges traces once they are complete (root ended, quiet for CLEAR_TRACE_QUIET_SECONDS) and re-sends lost
     # diagnosis messages; see diagnosis/services/continuous.py.
     "diagnosis-continuous": {
@@ -219,6 +220,17 @@ CELERY_BEAT_SCHEDULE: dict = {
 CLEAR_INGEST_MAX_BODY_BYTES = env_int("CLEAR_INGEST_MAX_BODY_BYTES", 16 * 1024 * 1024)
 CLEAR_INGEST_MAX_IN_FLIGHT = env_int("CLEAR_INGEST_MAX_IN_FLIGHT", 32)
 CLEAR_OUTBOX_DISPATCH_INTERVAL = env_float("CLEAR_OUTBOX_DISPATCH_INTERVAL", 1.0)
+# Who reacts to what (clear/outbox/services.py): topic -> Celery task names. An app publishes its facts (its facts.py)
+# and runs its reactions to other apps' facts (its subscribers.py); neither imports the other, this table joins them.
+CLEAR_OUTBOX_SUBSCRIPTIONS: dict[str, list[str]] = {
+    "trace.finalize": ["traces.finalize_traces"],
+    # Runs that were waiting for the deleted traces may be complete now (diagnosis's deletion hook names them).
+    "trace.deleted": ["diagnosis.runs_finish_after_trace_delete"],
+    # Promoted fixes confirmed or reopened by the run's insights (after the tickets followed them).
+    "insights.built": ["evolution.fixes_check_after_build"],
+    "diagnosis_run.finished": ["webhooks.emit"],
+    "evolution_job.state_changed": ["webhooks.emit"],
+}
 CLEAR_OUTCOME_SCORE_NAME = env_str("CLEAR_OUTCOME_SCORE_NAME", "outcome")
 CLEAR_JUDGE_MODEL = env_str("CLEAR_JUDGE_MODEL")
 CLEAR_JUDGE_API_BASE = env_str("CLEAR_JUDGE_API_BASE")

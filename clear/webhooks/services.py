@@ -10,6 +10,7 @@ import hmac
 import json
 import logging
 import secrets
+import uuid
 from datetime import datetime, timedelta
 from urllib.parse import urlsplit
 
@@ -90,28 +91,33 @@ def _envelope(*, project: Project, event: str, payload: dict, delivery_id) -> di
             "project": {"id": str(project.pk), "slug": project.slug}, "data": data}
 
 
-def _deliveries_create(*, project: Project, webhooks: list[Webhook], event: str, payload: dict
-                       ) -> list[WebhookDelivery]:
+def _deliveries_create(*, project: Project, webhooks: list[Webhook], event: str, payload: dict,
+                       dedupe: uuid.UUID | None = None) -> list[WebhookDelivery]:
     now = timezone.now()
     deliveries = []
     for webhook in webhooks:
         delivery = WebhookDelivery(webhook=webhook, project=project, event=event, next_attempt_at=now)
+        if dedupe is not None:
+            delivery.id = uuid.uuid5(dedupe, str(webhook.pk))
         delivery.payload = _envelope(project=project, event=event, payload=payload, delivery_id=delivery.id)
         deliveries.append(delivery)
-    WebhookDelivery.objects.bulk_create(deliveries)
+    # With `dedupe`, a second emission of the same event makes the same ids: nothing new is written, and sending
+    # the existing deliveries again is harmless (an attempt claims its delivery first).
+    WebhookDelivery.objects.bulk_create(deliveries, ignore_conflicts=dedupe is not None)
     ids = [str(d.pk) for d in deliveries]
     if ids:
         transaction.on_commit(lambda: _send(ids))
     return deliveries
 
 
-def webhook_event_emit(*, project: Project, event: str, payload: dict) -> list[WebhookDelivery]:
+def webhook_event_emit(*, project: Project, event: str, payload: dict, dedupe: uuid.UUID | None = None
+                       ) -> list[WebhookDelivery]:
     """Tell the project's active webhooks subscribed to `event`; they are sent after the caller's transaction
-    commits (nothing is sent for a rolled-back change)."""
+    commits (nothing is sent for a rolled-back change). Emitting twice with the same `dedupe` id sends once."""
     if event not in EVENTS:
         raise ValueError(f"Unknown webhook event {event!r}; add it to clear.webhooks.services.EVENTS")
     webhooks = [w for w in Webhook.objects.filter(project=project, active=True) if event in (w.events or [])]
-    return _deliveries_create(project=project, webhooks=webhooks, event=event, payload=payload)
+    return _deliveries_create(project=project, webhooks=webhooks, event=event, payload=payload, dedupe=dedupe)
 
 
 def webhook_ping(*, webhook: Webhook) -> WebhookDelivery:

@@ -22,3 +22,11 @@ def sweep_webhook_deliveries() -> None:
     from clear.webhooks.services import webhook_deliveries_sweep
 
     webhook_deliveries_sweep()
+
+
+@shared_task(name="webhooks.emit", acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+def emit_webhook_facts(facts: list[dict]) -> None:
+    """Subscribed (settings.CLEAR_OUTBOX_SUBSCRIPTIONS) to the facts that are webhook events of the same name."""
+    from clear.webhooks.events import webhook_facts_emit
+
+    webhook_facts_emit(facts=facts)

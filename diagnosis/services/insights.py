@@ -19,7 +19,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from clear.projects.models import Project
-from clear.webhooks.events import insights_built as insights_built_emit
+from diagnosis.facts import insights_built_publish
 from diagnosis.insights.embedding import centroid_of, embedder_get, statement_vectors
 from diagnosis.insights.groups import groups_name
 from diagnosis.insights.identity import Known, groups_assign, identity_threshold
@@ -35,6 +35,7 @@ from diagnosis.models import (
     InsightOccurrence,
     InsightStatement,
 )
+from diagnosis.services.insights_webhooks import insights_built_webhooks_emit
 
 logger = logging.getLogger(__name__)
 
@@ -112,9 +113,8 @@ def insights_build(*, run: DiagnosisRun, force: bool = False) -> dict | None:
     from diagnosis.tickets.services import ticket_sync_after_insights  # tickets follow the insights (never raises)
 
     ticket_sync_after_insights(run_id=run.pk)
-    from evolution.services.watch import insight_fixes_check_enqueue  # promoted fixes confirmed or reopened
-
-    insight_fixes_check_enqueue(run_id=run.pk)
+    # After the tickets: subscribers (promoted fixes confirmed or reopened) see the tickets as the build left them.
+    insights_built_publish(run=run)
     run.refresh_from_db()
     return summary
 
@@ -166,7 +166,7 @@ def _build(run: DiagnosisRun, *, rebuild: bool) -> dict:
         fingerprints = {i: fingerprint(name.terms, groups[i].node, groups[i].level) for i, (_, name) in names.items()}
         data = RunData(run=run, drafts=drafts, keys=keys, vectors=vectors, traces=traces, model_id=embedder.model_id)
         written = insights_write(data=data, groups=groups, names=names, fingerprints=fingerprints)
-        insights_built_emit(run=run, created=written.new, matched=written.matched, reopened=written.reopened)
+        insights_built_webhooks_emit(run=run, created=written.new, matched=written.matched, reopened=written.reopened)
         dropped = _drop_orphans(run) if rebuild else 0
         judged_by_release: dict[str, int] = {}
         for info in traces.values():

@@ -20,9 +20,9 @@ from django.utils import timezone
 
 from clear.db import on_postgres
 from clear.projects.models import Project
-from clear.webhooks.events import diagnosis_run_finished as diagnosis_run_finished_emit
 from diagnosis import conf
 from diagnosis.errors import DiagnosisRunFinishedError, DiagnosisRunInvalidError
+from diagnosis.facts import diagnosis_run_finished_publish
 from diagnosis.judges.contrastive import CONTRASTIVE_JUDGE
 from diagnosis.judges.rules import node_stats_compute
 from diagnosis.models import DiagnosisRun, Rubric, RunTrace
@@ -326,9 +326,9 @@ def _run_stop(*, run_id, status: str, message: str = "") -> bool:
             status=status, finished_at=timezone.now(), failure_message=message[:5000])
         if stopped:
             _items_skip(run_id=run_id, statuses=(ItemStatus.PENDING, ItemStatus.QUEUED))
+            diagnosis_run_finished_publish(run_id=run_id)
     if stopped:
         logger.info("diagnosis.run_stopped run=%s status=%s", run_id, status)
-        diagnosis_run_finished_emit(run_id=run_id)
     return bool(stopped)
 
 
@@ -352,11 +352,13 @@ def run_finish_if_complete(*, run_id) -> bool:
     # Run-level judges see every judged trace; before the run is marked finished, so its feedback counts with the
     # rest and is there when the insights are built (either path: the build is requested below).
     contrastive_run_judge_safely(run_id=run_id)
-    finished = DiagnosisRun.objects.filter(pk=run_id, status=Status.RUNNING, continuous=False).update(
-        status=Status.SUCCEEDED, finished_at=timezone.now())
+    with transaction.atomic():
+        finished = DiagnosisRun.objects.filter(pk=run_id, status=Status.RUNNING, continuous=False).update(
+            status=Status.SUCCEEDED, finished_at=timezone.now())
+        if finished:
+            diagnosis_run_finished_publish(run_id=run_id)
     if finished:
         logger.info("diagnosis.run_succeeded run=%s", run_id)
-        diagnosis_run_finished_emit(run_id=run_id)
     _insights_request(run_id)
     return bool(finished)
 

@@ -12,6 +12,7 @@ from clear.db import on_postgres
 from clear.errors import ConflictError, NotFoundError
 from evolution.config import job_policy_build, target_config_validate
 from evolution.errors import EvolutionError
+from evolution.facts import evolution_job_state_changed_publish
 from evolution.models import TERMINAL_STATES, AuditEvent, EvolutionJob, EvolutionTarget, JobState
 
 logger = logging.getLogger(__name__)
@@ -81,10 +82,10 @@ def job_transition(*, job_id: int, from_states: Iterable[str], to_state: str, ac
         job.save()
         AuditEvent.objects.create(job=job, actor=actor, event=event, from_state=previous, to_state=job.state,
                                   data={**(data or {}), "state_version": job.state_version})
-        from clear.webhooks.events import evolution_job_state_changed  # delivered after this transaction commits
-
-        evolution_job_state_changed(job=job, from_state=previous, to_state=job.state, event=event,
-                                    reason=str(fields.get("terminal_reason") or (data or {}).get("reason") or ""))
+        # Webhooks (and any other subscriber) are told after this transaction commits.
+        evolution_job_state_changed_publish(
+            job=job, from_state=previous, to_state=job.state, event=event,
+            reason=str(fields.get("terminal_reason") or (data or {}).get("reason") or ""))
     if job.state in TERMINAL_STATES:
         transaction.on_commit(lambda: _cleanup_after_terminal(job.pk))
     return job

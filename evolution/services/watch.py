@@ -46,19 +46,6 @@ def evolution_job_mark_merged(*, job: EvolutionJob, user, release: str, commit: 
     return fix
 
 
-def insight_fixes_check_enqueue(*, run_id) -> None:
-    """Called where an insights build ends; the check runs in its own task after commit."""
-    def send() -> None:
-        from evolution.tasks import evolution_insight_fixes_check
-
-        try:
-            evolution_insight_fixes_check.delay(str(run_id))
-        except Exception:  # noqa: BLE001 - the next run's build checks the fixes again
-            logger.exception("evolution.fix_check_enqueue_failed run=%s", run_id)
-
-    transaction.on_commit(send)
-
-
 def _qualifying(*, fix: InsightFix, judged_by_release: dict[str, int], first_received: dict) -> list[str]:
     return [release for release in judged_by_release
             if release == fix.release or (first_received.get(release) and first_received[release] > fix.promoted_at)]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from clear.cli_gate import md_escape
-from clear.projects.management.commands.demo_setup import _demo_rubrics_create
+from diagnosis.management.commands.demo_setup import _demo_rubrics_create
 from diagnosis.models import DiagnosisRun, Insight, InsightStatement, Rubric
 from traces.models import Trace
 

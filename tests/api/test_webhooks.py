@@ -196,6 +196,7 @@ def test_a_cancelled_run_is_announced(project, django_capture_on_commit_callback
 
     webhook = webhook_create(project=project, url="http://127.0.0.1:9/x", events=["diagnosis_run.finished"])
     run = DiagnosisRun.objects.create(project=project, status=DiagnosisRun.Status.RUNNING)
-    diagnosis_run_cancel(run=run)
+    with django_capture_on_commit_callbacks(execute=True):  # the fact reaches webhooks.emit after commit
+        diagnosis_run_cancel(run=run)
     delivery = WebhookDelivery.objects.get(webhook=webhook)
     assert delivery.payload["data"]["run"]["status"] == "cancelled"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from clear.projects.management.commands.demo_setup import _demo_rubrics_create
+from diagnosis.management.commands.demo_setup import _demo_rubrics_create
 from diagnosis.models import InsightEvent
 from diagnosis.tickets.models import Ticket
 from evolution.deploy import hot_swap_config_validate, release_current_get

@@ -474,7 +474,7 @@ def test_issue_11_acceptance_evolve_hot_swap_and_the_next_release_fixes_the_insi
     import subprocess
     import sys
 
-    from clear.projects.management.commands.demo_setup import _demo_rubrics_create
+    from diagnosis.management.commands.demo_setup import _demo_rubrics_create
     from diagnosis.tickets.models import Ticket as TicketModel
     from evolution.deploy import hot_swap_config_validate, release_current_get
     from evolution.models import InsightFix

@@ -12,8 +12,9 @@ from clear.celery import app as celery_app
 from tests.conftest import free_port
 from tests.support.worker import point_at_broker
 from tests.traces.otlp_helpers import agent_run_spans, to_protobuf
-from traces.models import OutboxItem, Span, Trace
-from traces.services import outbox_dispatch
+from clear.outbox.models import OutboxItem
+from clear.outbox.services import outbox_dispatch
+from traces.models import Span, Trace
 
 
 class PrivateRedis:
@@ -83,5 +84,5 @@ def test_ingestion_succeeds_with_redis_down_and_the_outbox_drains_later(issued_k
     assert len(messages) == 1
     headers = json.loads(messages[0])["headers"]
     assert headers["task"] == "traces.finalize_traces"
-    assert sorted(ast.literal_eval(headers["argsrepr"])[0]) == sorted(
+    assert sorted(fact["key"] for fact in ast.literal_eval(headers["argsrepr"])[0]) == sorted(
         str(pk) for pk in Trace.objects.filter(project=project).values_list("pk", flat=True))

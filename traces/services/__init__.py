@@ -2,14 +2,10 @@
 
 from traces.services.finalize import trace_finalize
 from traces.services.ingest import IngestResult, langfuse_batch_ingest, scores_ingest, spans_ingest
-from traces.services.outbox import outbox_dispatch, outbox_enqueue, outbox_prune
 
 __all__ = [
     "IngestResult",
     "langfuse_batch_ingest",
-    "outbox_dispatch",
-    "outbox_enqueue",
-    "outbox_prune",
     "scores_ingest",
     "spans_ingest",
     "trace_finalize",

@@ -11,11 +11,12 @@ from dataclasses import dataclass, field, fields as dataclass_fields
 from django.db import transaction
 from django.utils import timezone
 
+from clear.outbox.services import outbox_publish_keys
 from clear.projects.models import Project
+from traces.facts import TRACE_FINALIZE
 from traces.models import Span, Trace
 from traces.normalize import LangfuseBatch, ScoreRecord, SpanRecord, SpanUpdate, TraceUpdate, resolve_nodes
 from traces.services.bulk import COLUMN_NAMES, SpanRow, spans_insert
-from traces.services.outbox import TRACE_FINALIZE, outbox_enqueue
 from traces.services.trace_rows import stored_spans_find, traces_context_save, traces_upsert
 
 _SPAN_COLUMNS = (
@@ -161,7 +162,7 @@ def spans_ingest(*, project: Project, spans: list[SpanRecord], provided_fields: 
                 trace = traces[record.trace_id]
                 contexts.append((trace, _apply_root_context(trace=trace, record=record)))
         traces_context_save(traces=contexts)
-        outbox_enqueue(topic=TRACE_FINALIZE, keys=[str(traces[t].pk) for t in sorted(traces)])
+        outbox_publish_keys(topic=TRACE_FINALIZE, keys=[str(traces[t].pk) for t in sorted(traces)])
         result.trace_ids = sorted(traces)
     return result
 
@@ -230,7 +231,7 @@ def _span_update_apply(*, project: Project, update: SpanUpdate) -> None:
         spans_ingest(project=project, spans=[
             _record_from_fields(trace_id=trace.trace_id, span_id=update.span_id, fields=update.fields)
         ])
-    outbox_enqueue(topic=TRACE_FINALIZE, keys=[str(trace.pk)])
+    outbox_publish_keys(topic=TRACE_FINALIZE, keys=[str(trace.pk)])
 
 
 def scores_ingest(*, project: Project, scores: list[ScoreRecord]) -> None:
@@ -251,4 +252,4 @@ def scores_ingest(*, project: Project, scores: list[ScoreRecord]) -> None:
             Score.objects.update_or_create(project=project, external_id=record.id[:200], defaults=defaults)
         else:
             Score.objects.create(project=project, **defaults)
-    outbox_enqueue(topic=TRACE_FINALIZE, keys=[str(traces[t].pk) for t in sorted(traces)])
+    outbox_publish_keys(topic=TRACE_FINALIZE, keys=[str(traces[t].pk) for t in sorted(traces)])

@@ -1,21 +1,21 @@
-"""The end of a trace's life: an outcome set by the API, deletion (API, UI, retention) and what counted the trace.
+"""The end of a trace's life: an outcome set by the API, and deletion (API, UI, retention).
 
-Deleting a trace removes its spans, scores, feedback, insight statements and evidence (database cascade) and takes
-it out of the counts that included it: the diagnosis runs it belonged to (total/done/skipped; tokens and cost stay,
-they were paid) and the insights of those runs (per-run occurrence, headline figures, trend). Every deletion goes
+Deleting a trace removes its spans, scores and everything other apps derived from it (database cascade). The apps
+that counted it take it out of their counts in the same transaction, through their deletion hooks (traces/hooks.py;
+diagnosis: its runs' counts and their insights), and react later to the `trace.deleted` fact. Every deletion goes
 through `traces_delete`.
 """
 
 import logging
-from collections import defaultdict
 from datetime import datetime, timedelta
 
 from django.db import transaction
-from django.db.models import Count, F
 from django.utils import timezone
 
 from clear.errors import ClearError
 from clear.projects.models import Project
+from traces.facts import traces_deleted_publish
+from traces.hooks import trace_delete_hooks
 from traces.models import Trace
 
 logger = logging.getLogger(__name__)
@@ -52,77 +52,22 @@ def trace_delete(*, project: Project, trace: Trace) -> None:
 
 
 def traces_delete(*, project: Project, trace_pks: list[int]) -> int:
-    """Delete traces of `project` by primary key, with their derived data, in one transaction; returns how many."""
-    from diagnosis.models import DiagnosisRun, RunTrace
+    """Delete traces of `project` by primary key, with their derived data, in one transaction; returns how many.
 
+    The apps that counted the traces are told synchronously before and after the cascade (traces/hooks.py) and
+    asynchronously by the `trace.deleted` fact, published in this transaction."""
     with transaction.atomic():
         pks = list(Trace.objects.select_for_update().filter(project=project, pk__in=trace_pks)
                    .order_by("pk").values_list("pk", flat=True))
         if not pks:
             return 0
-        recount = _insights_recount_prepare(project=project, trace_pks=pks)
-        counts: dict = defaultdict(lambda: {"total": 0, "done": 0, "skipped": 0})
-        for run_id, status, n in (RunTrace.objects.filter(trace_id__in=pks).values_list("run_id", "status")
-                                  .annotate(n=Count("pk")).order_by()):
-            counts[run_id]["total"] += n
-            if status == RunTrace.Status.DONE:
-                counts[run_id]["done"] += n
-            elif status == RunTrace.Status.SKIPPED:
-                counts[run_id]["skipped"] += n
+        afters = [(name, after) for name, hook in trace_delete_hooks()
+                  if (after := hook(project=project, trace_pks=pks)) is not None]
         Trace.objects.filter(pk__in=pks).delete()
-        for run_id, n in counts.items():
-            DiagnosisRun.objects.filter(pk=run_id).update(
-                total_count=F("total_count") - n["total"], done_count=F("done_count") - n["done"],
-                skipped_count=F("skipped_count") - n["skipped"])
-        if recount is not None:
-            recount()
-        active = list(DiagnosisRun.objects.filter(pk__in=list(counts), status__in=DiagnosisRun.ACTIVE)
-                      .values_list("pk", flat=True))
-        if active:
-            # The deleted traces may have been the last ones a run was waiting for.
-            transaction.on_commit(lambda: _runs_finish_if_complete(active))
-    logger.info("traces.deleted project=%s traces=%d runs=%d", project.pk, len(pks), len(counts))
+        hooks_data = {name: data for name, after in afters if (data := after())}
+        traces_deleted_publish(project_id=project.pk, trace_pks=pks, hooks_data=hooks_data)
+    logger.info("traces.deleted project=%s traces=%d hooks=%s", project.pk, len(pks), sorted(hooks_data))
     return len(pks)
-
-
-def _runs_finish_if_complete(run_ids: list) -> None:
-    from diagnosis.services.runs import run_finish_if_complete
-
-    for run_id in run_ids:
-        run_finish_if_complete(run_id=run_id)
-
-
-def _insights_recount_prepare(*, project: Project, trace_pks: list[int]):
-    """What insights counted these traces, read before they go; returns a callable that recounts them afterwards
-    (None when nothing counted them).
-
-    Every insight that occurred in a run which judged one of the traces is recomputed for that run (its
-    statements there, and the run's judged traces — the frequency's denominator), then its headline figures and
-    the project's trend by release. Uses the diagnosis app's recompute helpers (diagnosis/insights/recompute.py).
-    """
-    from diagnosis.models import InsightOccurrence, RunTrace
-
-    run_ids = set(RunTrace.objects.filter(trace_id__in=trace_pks).values_list("run_id", flat=True))
-    pairs = set(InsightOccurrence.objects.filter(run_id__in=run_ids, insight__project=project)
-                .values_list("insight_id", "run_id"))
-    if not pairs:
-        return None
-
-    def recount() -> None:
-        from diagnosis.insights.recompute import headline_refresh, occurrence_recompute
-        from diagnosis.insights.trend import trend_refresh
-        from diagnosis.models import DiagnosisRun, Insight
-
-        insights = Insight.objects.in_bulk({insight_id for insight_id, _ in pairs})
-        runs = DiagnosisRun.objects.in_bulk({run_id for _, run_id in pairs})
-        for insight_id, run_id in sorted(pairs, key=str):
-            occurrence_recompute(insight=insights[insight_id], run=runs[run_id])
-        for insight in insights.values():
-            headline_refresh(insight=insight)
-            insight.save()
-        trend_refresh(project_id=project.pk)
-
-    return recount
 
 
 def traces_retention_enforce(*, now: datetime | None = None, batch: int = RETENTION_BATCH) -> int:

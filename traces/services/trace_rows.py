@@ -21,7 +21,7 @@ from django.db import connections, models, router
 from django.db.models import Q
 from django.utils import timezone
 
-from clear.db import on_postgres
+from clear.db import insert_select_parts, on_postgres, raw_cursor
 from clear.projects.models import Project
 from traces.models import Span, Trace
 
@@ -33,33 +33,6 @@ _CONTEXT_TYPES = {
     "environment": "text", "session_id": "text", "user_id": "text", "outcome": "text", "outcome_source": "text",
     "score": "float8",
 }
-
-
-def raw_cursor(connection):
-    """psycopg's server-side-binding cursor on Django's connection (inside its current transaction)."""
-    import psycopg
-
-    connection.ensure_connection()
-    return psycopg.Cursor(connection.connection)
-
-
-def insert_select_parts(connection, model, given: dict[str, str]) -> tuple[str, str, dict]:
-    """(column list, SELECT list, parameters) of an `INSERT INTO table (...) SELECT ...` of `model` rows: the
-    columns in `given` take its SQL expressions, every other column its field default as a typed parameter (the
-    model's defaults are Python-side, so a raw INSERT must spell them out)."""
-    quote = connection.ops.quote_name
-    fields = [f for f in model._meta.concrete_fields if not f.primary_key]
-    template = model()
-    columns, values, params = [], [], {}
-    for f in fields:
-        columns.append(quote(f.column))
-        if f.attname in given:
-            values.append(given[f.attname])
-        else:
-            # The cast types the parameter (a None default would otherwise be text, whatever the column).
-            values.append(f"%(d_{f.attname})s::{f.db_type(connection)}")
-            params[f"d_{f.attname}"] = f.get_db_prep_save(getattr(template, f.attname), connection)
-    return ", ".join(columns), ", ".join(values), params
 
 
 def traces_upsert(*, project: Project, trace_ids: Iterable[str]) -> tuple[dict[str, Trace], set[str]]:

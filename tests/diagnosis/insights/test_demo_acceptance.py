@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from clear.projects.management.commands.demo_setup import _demo_rubrics_create
+from diagnosis.management.commands.demo_setup import _demo_rubrics_create
 from diagnosis.models import Insight, InsightLink
 from diagnosis.tickets.models import Ticket
 from tests.diagnosis.insights.conftest import diagnose, tasks_of
