@@ -47,6 +47,9 @@ class TargetConfig(BaseModel):
     trials: int | None = Field(None, ge=1, le=20)
     allow_dependency_changes: bool = False
     hot_swap: HotSwapConfig | None = None  # how an approved candidate is released in hot-swap mode (evolution/deploy)
+    # Scripts of the scripted backend written for this target, offered on the Evolve form (the first is chosen):
+    # paths as the backend's script_path takes them, relative to Clear's root or absolute.
+    scripted_fixtures: list[str] | None = None
 
     @field_validator("editable_paths", "denied_paths")
     @classmethod

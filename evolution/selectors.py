@@ -67,18 +67,6 @@ def evolution_job_artifacts(*, project: Project, job: EvolutionJob, kind: str | 
     return artifacts.select_related("iteration").order_by("created_at", "pk")
 
 
-def evolution_job_matrix(*, project: Project, job: EvolutionJob, iteration_n: int) -> list[dict]:
-    """Per task: baseline and candidate (score, passed) by trial index, for the baseline-vs-candidate table."""
-    rows: dict[int, dict] = {}
-    runs = TrialRun.objects.filter(job__project=project, job=job, iteration_n__in=[0, iteration_n]) \
-        .select_related("task").order_by("task__kind", "task__task_id", "trial_n")
-    for run in runs:
-        row = rows.setdefault(run.task_id, {"task_id": run.task.task_id, "seed": run.task.seed, "kind": run.task.kind,
-                                            "baseline": [], "candidate": []})
-        row[run.arm].append({"score": run.score, "passed": run.passed, "timed_out": run.timed_out})
-    return list(rows.values())
-
-
 # --- the job page and the job detail API --------------------------------------------------------------------------
 
 DOCUMENT_KINDS = ("diagnosis", "plan", "plan_review", "implementer", "code_review")
@@ -92,6 +80,12 @@ def evolution_target_by_id(*, project: Project, target_id) -> EvolutionTarget:
     if target is None:
         raise TargetNotFoundError(f"No evolution target {target_id} in this project")
     return target
+
+
+def evolution_target_scripted_fixtures(*, target: EvolutionTarget) -> list[tuple[str, str]]:
+    """(script path, label) of the scripted-backend scripts the target's config offers, in its order."""
+    paths = (target.config or {}).get("scripted_fixtures") or []
+    return [(path, f"{target.name}: {Path(path).stem}") for path in paths]
 
 
 def evolution_job_stage_runs(*, project: Project, job: EvolutionJob) -> QuerySet[StageRun]:

@@ -8,10 +8,8 @@ is). Plans, reviews and diffs are model output: they are only ever auto-escaped 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from django import forms
-from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
@@ -36,6 +34,7 @@ from evolution.selectors import (
     evolution_target_by_id,
     evolution_target_list,
     evolution_target_releases,
+    evolution_target_scripted_fixtures,
 )
 from evolution.services import evolution_job_cancel, evolution_target_update
 from evolution.services.api_actions import (
@@ -56,7 +55,6 @@ PAGE_SIZE = 30
 DIFF_MAX_LINES = 4000
 DOC_MAX_BYTES = 2_000_000
 BULK_KINDS = ("trial_trace", "log")  # one per trial or role run: folded away under the main artifacts
-FIXTURES_DIR = Path(settings.BASE_DIR) / "examples" / "support_desk" / "evolution"
 MODE_LABELS = {"pr": "pull request (push a branch for review)",
                "hot_swap": "hot swap (swap a release in, health-check, roll back if unhealthy)"}
 DEPTH_LABELS = {"shallow": "shallow — up to 2 iterations, 1 review round",
@@ -69,15 +67,6 @@ def _or_404(call, **kwargs):
         return call(**kwargs)
     except NotFoundError as exc:
         raise Http404(exc.message) from exc
-
-
-def is_support_desk(target) -> bool:
-    """The example agent's target (its trial command runs the support desk): its scripted fixtures are offered."""
-    return "support_desk" in str((target.config or {}).get("trial_command", ""))
-
-
-def support_desk_fixtures() -> list[tuple[str, str]]:
-    return [(str(path), f"support desk: {path.stem}") for path in sorted(FIXTURES_DIR.glob("*.json"))]
 
 
 # --- Evolve ---------------------------------------------------------------------------------------------------------
@@ -154,6 +143,7 @@ def evolve(request: HttpRequest, slug: str) -> HttpResponse:
     project = project_for(request, slug)
     insight, ticket = _evolve_subject(project, request)
     targets = list(evolution_target_list(project=project))
+    fixtures_of = {t.pk: evolution_target_scripted_fixtures(target=t) for t in targets}
     status = 200
     if request.method == "POST":
         form = EvolveForm(request.POST, targets=targets)
@@ -177,18 +167,17 @@ def evolve(request: HttpRequest, slug: str) -> HttpResponse:
         else:
             status = 400
     else:
-        desk = next((t for t in targets if is_support_desk(t)), None)
-        initial = {"target": (desk or (targets[0] if targets else None)).pk if targets else None,
-                   "backend": "scripted", "depth": "shallow", "mode": "pr"}
-        fixtures = support_desk_fixtures() if desk else []
-        if fixtures:
-            initial["script"] = next((p for p, label in fixtures if p.endswith("_fix.json")), fixtures[0][0])
+        # The first target that offers scripted fixtures (its config's scripted_fixtures), with its first one.
+        scripted = next((t for t in targets if fixtures_of[t.pk]), None)
+        initial = {"target": (scripted or targets[0]).pk if targets else None, "backend": "scripted",
+                   "depth": "shallow", "mode": "pr"}
+        if scripted:
+            initial["script"] = fixtures_of[scripted.pk][0][0]
         form = EvolveForm(initial=initial, targets=targets)
     busy = {job.target_id: job for job in evolution_job_list(project=project, active=True)}
     context = {
         "project": project, "nav": "evolution", "insight": insight, "ticket": ticket, "form": form,
-        "targets": targets, "busy": busy, "fixtures": support_desk_fixtures()
-        if any(is_support_desk(t) for t in targets) else [],
+        "targets": targets, "busy": busy, "fixtures": [f for t in targets for f in fixtures_of[t.pk]],
         "backends": list(BACKENDS), "depths": DEPTH_LABELS.items(), "modes": [(m, MODE_LABELS[m]) for m in MODES],
         "hot_swap_targets": [t.pk for t in targets if (t.config or {}).get("hot_swap")],
     }

@@ -64,6 +64,10 @@ EVOLUTION_CONFIG: dict[str, Any] = {
         "health": {"interval_s": 5, "window_s": 90, "passes_required": 3},
         "keep_releases": 5,
     },
+    # Scripts of Clear's scripted backend for this target (examples/support_desk/evolution/, relative to Clear's
+    # root), offered on the Evolve form: the fix first, then the fix that breaks routing.
+    "scripted_fixtures": ["examples/support_desk/evolution/mediator_race_fix.json",
+                          "examples/support_desk/evolution/mediator_race_breaks_misroute.json"],
 }
 
 GIT_AUTHOR = ("support-desk", "support-desk@example.invalid")

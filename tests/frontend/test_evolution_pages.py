@@ -30,7 +30,9 @@ pytestmark = pytest.mark.django_db
 EVIL = '<script>window.__pwned=1</script><img src=x onerror="window.__pwned=2">'
 FIXTURES = Path(__file__).resolve().parents[2] / "examples" / "support_desk" / "evolution"
 DESK_CONFIG = {"editable_paths": ["support_desk/**"], "grader_command": "python grading/grade.py --out {out}",
-               "trial_command": "python -m support_desk run-task --task {task_id} --seed {seed} --out {out}/r.json"}
+               "trial_command": "python -m support_desk run-task --task {task_id} --seed {seed} --out {out}/r.json",
+               "scripted_fixtures": [str(FIXTURES / "mediator_race_fix.json"),
+                                     str(FIXTURES / "mediator_race_breaks_misroute.json")]}
 
 
 @pytest.fixture
@@ -65,8 +67,10 @@ def test_evolve_from_an_insight_and_from_a_ticket(client, project, owner, target
     assert insight.title in html and 'name="csrfmiddlewaretoken"' in html
     for option in ("router", "support_desk", "scripted", "litellm", "external", "shallow", "hot_swap"):
         assert option in html
-    # The support desk is registered: its scripted fixtures are offered, the fixing one chosen.
+    # The support desk is registered: the scripted fixtures its config lists are offered, the first one chosen.
     assert "mediator_race_fix.json" in html and "mediator_race_breaks_misroute.json" in html
+    assert "support_desk: mediator_race_breaks_misroute" in html
+    assert f'name="fixture" value="{FIXTURES / "mediator_race_fix.json"}" data-fills="id_script" checked' in html
 
     # The scripted backend without a script: 400 naming it; nothing is created.
     refused = client.post(_url(project, "new/"), {"insight": insight.pk, "target": target.pk, "backend": "scripted",
