@@ -34,15 +34,4 @@ urlpatterns = [
     path("api/v1/insights/<int:insight_id>/split/", apis_insights.InsightSplitApi.as_view(), name="insight-split"),
     # /api/v1/compare/
     path("api/v1/compare/", apis_insights.CompareApi.as_view(), name="compare"),
-    # The first paths, kept for existing clients (not in the schema).
-    path("api/v1/diagnosis/runs", apis.LegacyRunListApi.as_view(), name="legacy-run-list"),
-    path("api/v1/diagnosis/runs/create", apis.LegacyRunCreateApi.as_view(), name="legacy-run-create"),
-    path("api/v1/diagnosis/runs/<uuid:run_id>", apis.LegacyRunDetailApi.as_view(), name="legacy-run-detail"),
-    path("api/v1/diagnosis/runs/<uuid:run_id>/cancel", apis.LegacyRunCancelApi.as_view(), name="legacy-run-cancel"),
-    path("api/v1/diagnosis/runs/<uuid:run_id>/feedback", apis.LegacyFeedbackListApi.as_view(),
-         name="legacy-run-feedback"),
-    path("api/v1/rubrics", apis.LegacyRubricListApi.as_view(), name="legacy-rubric-list"),
-    path("api/v1/rubrics/create", apis.LegacyRubricCreateApi.as_view(), name="legacy-rubric-create"),
-    path("api/v1/rubrics/<int:rubric_id>/update", apis.LegacyRubricUpdateApi.as_view(), name="legacy-rubric-update"),
-    path("api/v1/rubrics/<int:rubric_id>/delete", apis.LegacyRubricDeleteApi.as_view(), name="legacy-rubric-delete"),
 ]

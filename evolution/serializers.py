@@ -19,12 +19,6 @@ class TargetOutputSerializer(serializers.ModelSerializer):
         fields = ["id", "name", "source", "default_branch", "push_url", "config", "created_at", "updated_at"]
 
 
-class ConsentSerializer(serializers.Serializer):
-    by = serializers.CharField(source="consent_by.email", allow_null=True)
-    at = serializers.DateTimeField(source="consent_at", allow_null=True)
-    patch_sha256 = serializers.CharField(source="consent_patch_sha256")
-
-
 class CandidateSerializer(serializers.Serializer):
     iteration = serializers.IntegerField(source="n")
     base_commit = serializers.CharField()

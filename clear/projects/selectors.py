@@ -2,7 +2,6 @@
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import QuerySet
-from django.utils import timezone
 
 from clear.errors import NotFoundError
 from clear.projects.models import ApiKey, Project, WorkerProbe
@@ -35,14 +34,6 @@ def api_key_get_by_secret_hash(*, secret_hash: str) -> ApiKey | None:
     return ApiKey.objects.select_related("project").filter(secret_hash=secret_hash).first()
 
 
-def api_key_get_by_public_key(*, public_key: str) -> ApiKey | None:
-    return ApiKey.objects.select_related("project").filter(public_key=public_key).first()
-
-
 def worker_probe_get(*, token: str) -> WorkerProbe | None:
     return WorkerProbe.objects.filter(token=token).first()
 
-
-def worker_last_seen(*, within_seconds: int = 3600) -> WorkerProbe | None:
-    since = timezone.now() - timezone.timedelta(seconds=within_seconds)
-    return WorkerProbe.objects.filter(finished_at__gte=since).order_by("-finished_at").first()

@@ -1,6 +1,6 @@
 """Domain errors of insights (rendered by the one API handler as {"message", "code", "extra"})."""
 
-from clear.errors import ClearError, ConflictError, NotFoundError
+from clear.errors import ClearError, NotFoundError
 
 
 class InsightNotFoundError(NotFoundError):
@@ -21,7 +21,3 @@ class InsightMergeInvalidError(ClearError):
 
 class InsightSplitInvalidError(ClearError):
     code = "insight_split_invalid"
-
-
-class InsightsBuildConflictError(ConflictError):
-    code = "insights_building"
