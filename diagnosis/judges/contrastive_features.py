@@ -17,7 +17,7 @@ from itertools import combinations, pairwise
 from statistics import median
 
 from diagnosis.judges.contract import Evidence, SpanView, TraceView
-from diagnosis.judges.rules import REPEATED_CALL_THRESHOLD
+from diagnosis.judges.rules.repetition import REPEATED_CALL_THRESHOLD
 from diagnosis.judges.text import dump, maybe_json, normalise, plain_text, value_text
 from diagnosis.services.evidence import span_text
 

@@ -16,7 +16,9 @@ from diagnosis.judges.contract import JudgeResult, TraceView
 from diagnosis.judges.contrastive import CONTRASTIVE_JUDGE  # noqa: F401  (re-exported for the pages)
 from diagnosis.judges.results import result_from_dict, result_to_dict
 from diagnosis.judges.rubric_checks import DETERMINISTIC_KINDS, RUBRICS_VERSION, rubric_check
-from diagnosis.judges.rules import RULES, RULES_VERSION, stats_key
+from diagnosis.judges.rules import RULES
+from diagnosis.judges.rules.outliers import stats_key
+from diagnosis.judges.rules.verdicts import RULES_VERSION
 from diagnosis.models import DiagnosisRun, Feedback, Rubric
 from diagnosis.services.cache import judge_cache_get, judge_cache_key, judge_cache_put
 from diagnosis.services.evidence import evidence_verify, span_texts

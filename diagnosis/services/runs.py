@@ -24,7 +24,7 @@ from diagnosis import conf
 from diagnosis.errors import DiagnosisRunFinishedError, DiagnosisRunInvalidError
 from diagnosis.facts import diagnosis_run_finished_publish
 from diagnosis.judges.contrastive import CONTRASTIVE_JUDGE
-from diagnosis.judges.rules import node_stats_compute
+from diagnosis.judges.rules.outliers import node_stats_compute
 from diagnosis.models import DiagnosisRun, Rubric, RunTrace
 from diagnosis.services.judging import (
     LLM_JUDGES,

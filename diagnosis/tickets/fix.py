@@ -16,7 +16,7 @@ from collections import Counter
 from diagnosis.models import Feedback, Insight, Rubric
 from traces.models import Span
 
-# What each rule judge (diagnosis/judges/rules.py) demands, as a remedy.
+# What each rule judge (diagnosis/judges/rules/) demands, as a remedy.
 RULE_REMEDIES = {
     "rule.span_error": "Find why that step raises and handle the error where it occurs (or stop the step from "
                        "being taken when its input is invalid).",

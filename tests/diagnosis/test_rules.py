@@ -1,19 +1,10 @@
 import pytest
 
-from diagnosis.judges.rules import (
-    REPEATED_CALL_THRESHOLD,
-    RULES,
-    node_stats_compute,
-    rule_empty_output,
-    rule_exit_code,
-    rule_latency_outlier,
-    rule_loop,
-    rule_repeated_tool_call,
-    rule_span_error,
-    rule_token_outlier,
-    rule_tool_error,
-    rule_truncated_output,
-)
+from diagnosis.judges.rules import RULES
+from diagnosis.judges.rules.errors import rule_exit_code, rule_span_error, rule_tool_error
+from diagnosis.judges.rules.outliers import node_stats_compute, rule_latency_outlier, rule_token_outlier
+from diagnosis.judges.rules.output import rule_empty_output, rule_truncated_output
+from diagnosis.judges.rules.repetition import REPEATED_CALL_THRESHOLD, rule_loop, rule_repeated_tool_call
 from diagnosis.services.evidence import evidence_verify
 from tests.diagnosis.support import span, view
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from diagnosis.judges.rules import rule_empty_output
+from diagnosis.judges.rules.output import rule_empty_output
 from diagnosis.judges.text import has_content, maybe_json, value_text
 from diagnosis.models import Feedback
 from diagnosis.services import diagnosis_run_execute, diagnosis_run_start

@@ -5,7 +5,7 @@ The criterion is diagnosis/judges/recovery.py's module docstring."""
 import pytest
 
 from diagnosis.judges.recovery import not_found_quote, recovered_not_found
-from diagnosis.judges.rules import rule_span_error, rule_tool_error
+from diagnosis.judges.rules.errors import rule_span_error, rule_tool_error
 from diagnosis.services.evidence import evidence_verify
 from tests.diagnosis.support import span, view
 

@@ -1,10 +1,10 @@
 """Rule judges on the Who&When traces, through a whole diagnosis run (ingested as the endpoint stores them).
 
-Loop decision (documented in diagnosis/judges/rules.py): 27 traces repeat an (agent, message) pair somewhere, 3 of
-them back to back. `rule.loop` reports only the back-to-back repetitions — a speaker saying the identical thing
-twice in a row is a conversation that is not progressing. The other 24 are not reported: 18 of them are the
-executor's canned reply ("There is no code from the last 1 message for me to execute…") coming back after other
-turns, the rest a re-run script printing the same output again; neither is evidence of a fault on its own.
+Loop decision (documented in diagnosis/judges/rules/repetition.py): 27 traces repeat an (agent, message) pair
+somewhere, 3 of them back to back. `rule.loop` reports only the back-to-back repetitions — a speaker saying the
+identical thing twice in a row is a conversation that is not progressing. The other 24 are not reported: 18 of them
+are the executor's canned reply ("There is no code from the last 1 message for me to execute…") coming back after
+other turns, the rest a re-run script printing the same output again; neither is evidence of a fault on its own.
 """
 
 import collections
