@@ -3,10 +3,8 @@ judge feedback with highlighted evidence). Trace content is untrusted: see `fron
 
 from __future__ import annotations
 
-import importlib
-import inspect
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from urllib.parse import urlencode
 
@@ -19,6 +17,7 @@ from django.views.decorators.http import require_POST
 
 from clear.errors import ClearError
 from diagnosis.models import Feedback
+from diagnosis.services import insights_review
 from frontend import queries
 from frontend.forms import TraceFilterForm
 from frontend.pagination import keyset_page
@@ -69,12 +68,6 @@ class SpanRow:
     @property
     def indent(self) -> int:
         return min(self.depth, 24) * 14
-
-
-@dataclass
-class FeedbackItem:
-    feedback: Feedback
-    issues: list[dict] = field(default_factory=list)
 
 
 def _tree_rows(spans: list[Span]) -> list[SpanRow]:
@@ -222,30 +215,8 @@ def trace_detail(request: HttpRequest, slug: str, trace_id: str) -> HttpResponse
         "failing": failing, "passed": passed, "selected": selected, "detail": detail,
         "duration_ms": ((trace.end_time - trace.start_time).total_seconds() * 1000
                         if trace.end_time and trace.start_time else None),
-        "mark_wrong_available": mark_wrong_service() is not None,
     }
     return render(request, "frontend/trace.html", context)
-
-
-def mark_wrong_service():
-    """`feedback_mark_wrong` from diagnosis.services, looked up when needed: it may not exist yet."""
-    for module_name in ("diagnosis.services", "diagnosis.services.insights_review", "diagnosis.services.feedback"):
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError:
-            continue
-        service = getattr(module, "feedback_mark_wrong", None)
-        if callable(service):
-            return service
-    return None
-
-
-def _call_with_known_kwargs(service, **candidates):
-    """Pass the arguments the service declares (its signature may name the user or the note differently)."""
-    parameters = inspect.signature(service).parameters
-    if any(p.kind == p.VAR_KEYWORD for p in parameters.values()):
-        return service(**{k: v for k, v in candidates.items() if k in ("feedback", "user", "note")})
-    return service(**{k: v for k, v in candidates.items() if k in parameters})
 
 
 @login_required
@@ -256,18 +227,12 @@ def feedback_mark_wrong(request: HttpRequest, slug: str, feedback_id: int) -> Ht
     if feedback is None:
         raise Http404("No such feedback in this project")
     note = request.POST.get("note", "").strip()[:2000]
-    service = mark_wrong_service()
-    if service is None:
-        messages.info(request, "Marking a verdict wrong is not available in this version yet: nothing was stored.")
+    try:
+        insights_review.feedback_mark_wrong(project=project, feedback=feedback, note=note, user=request.user)
+    except ClearError as exc:
+        messages.error(request, exc.message)
     else:
-        try:
-            _call_with_known_kwargs(service, feedback=feedback, project=project, user=request.user,
-                                    by=request.user, created_by=request.user, marked_by=request.user, note=note,
-                                    reason=note, comment=note)
-        except ClearError as exc:
-            messages.error(request, exc.message)
-        else:
-            messages.success(request, f"Marked the {feedback.judge} verdict wrong: it no longer counts against the "
-                                      "span, and insights leave it out from their next build.")
+        messages.success(request, f"Marked the {feedback.judge} verdict wrong: it no longer counts against the "
+                                  "span, and insights leave it out from their next build.")
     return redirect(_viewer_url(project.slug, feedback.trace.trace_id, span_id=feedback.target_span_id,
                                 run_id=feedback.run_id))

@@ -213,23 +213,6 @@ def test_long_content_is_folded(seeded, owner):
 # ---- marking a verdict wrong ----------------------------------------------------------------------------------
 
 
-def test_mark_wrong_without_the_service_stores_nothing(seeded, owner, monkeypatch):
-    import frontend.views_traces as views_traces
-
-    monkeypatch.setattr(views_traces, "mark_wrong_service", lambda: None)
-    feedback = Feedback.objects.filter(run=seeded.run, verdict="fail").first()
-    before = Feedback.objects.filter(pk=feedback.pk).values().get()
-    client = client_for(owner)
-    assert client.get(f"/p/{seeded.project.slug}/feedback/{feedback.pk}/mark-wrong/").status_code == 405
-    response = client.post(f"/p/{seeded.project.slug}/feedback/{feedback.pk}/mark-wrong/", {"note": "fine"},
-                           follow=True)
-    assert response.status_code == 200
-    assert "nothing was stored" in response.content.decode()
-    assert response.redirect_chain[-1][0].endswith(f"#row-{feedback.target_span_id}")
-    assert Feedback.objects.filter(pk=feedback.pk).values().get() == before
-    assert not FeedbackCorrection.objects.exists()
-
-
 def test_marking_a_verdict_wrong_stores_a_correction_and_stops_counting_it(seeded, owner):
     project = seeded.project
     trace = _trace(project, "compare-two-invoices")
@@ -264,16 +247,21 @@ def test_marking_a_verdict_wrong_stores_a_correction_and_stops_counting_it(seede
 
 
 def test_mark_wrong_errors_are_messages(seeded, owner, monkeypatch):
-    import frontend.views_traces as views_traces
+    from diagnosis.services import insights_review
 
     def feedback_mark_wrong(*, project, feedback, note, user):
         raise ClearError("This verdict cannot be corrected")
 
-    monkeypatch.setattr(views_traces, "mark_wrong_service", lambda: feedback_mark_wrong)
+    monkeypatch.setattr(insights_review, "feedback_mark_wrong", feedback_mark_wrong)
     feedback = Feedback.objects.filter(run=seeded.run, verdict="fail").first()
-    html = client_for(owner).post(f"/p/{seeded.project.slug}/feedback/{feedback.pk}/mark-wrong/", follow=True)\
-        .content.decode()
-    assert "This verdict cannot be corrected" in html
+    before = Feedback.objects.filter(pk=feedback.pk).values().get()
+    client = client_for(owner)
+    assert client.get(f"/p/{seeded.project.slug}/feedback/{feedback.pk}/mark-wrong/").status_code == 405
+    response = client.post(f"/p/{seeded.project.slug}/feedback/{feedback.pk}/mark-wrong/", follow=True)
+    assert "This verdict cannot be corrected" in response.content.decode()
+    assert response.redirect_chain[-1][0].endswith(f"#row-{feedback.target_span_id}")
+    assert Feedback.objects.filter(pk=feedback.pk).values().get() == before
+    assert not FeedbackCorrection.objects.exists()
 
 
 # ---- diagnosis runs ----------------------------------------------------------------------------------------------
