@@ -8,7 +8,7 @@ from django.db import IntegrityError, transaction
 
 from clear.projects.models import Project
 from diagnosis.errors import RubricInvalidError
-from diagnosis.judges.rubric_checks import KINDS, RubricConfigError, rubric_config_validate
+from diagnosis.judges.rubric_config import KINDS, RubricConfigError, rubric_config_validate
 from diagnosis.models import Rubric
 
 _UNSET = object()

@@ -2,7 +2,8 @@ import pytest
 
 from diagnosis.errors import RubricInvalidError
 from diagnosis.judges.jsonpath import JsonPathError, jsonpath_compile, jsonpath_values
-from diagnosis.judges.rubric_checks import rubric_check, rubric_config_validate
+from diagnosis.judges.rubric_checks import rubric_check
+from diagnosis.judges.rubric_config import rubric_config_validate
 from diagnosis.models import Rubric
 from diagnosis.selectors import rubric_get, rubric_list
 from diagnosis.services import rubric_create, rubric_delete, rubric_update

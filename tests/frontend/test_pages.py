@@ -393,7 +393,7 @@ def test_rubric_errors_come_from_the_service(seeded, owner):
 
 
 def test_rubric_examples_are_valid_configs():
-    from diagnosis.judges.rubric_checks import rubric_config_validate
+    from diagnosis.judges.rubric_config import rubric_config_validate
     from frontend.views_settings import RUBRIC_EXAMPLES
 
     assert set(RUBRIC_EXAMPLES) == set(Rubric.Kind.values)
