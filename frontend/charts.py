@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from frontend.graph_queries import Edge, NodeStats
-from frontend.queries import VolumeSeries
+from diagnosis.selectors import NodeStats
+from traces.selectors import Edge, VolumeSeries
 
 # ---------------------------------------------------------------------------------------------------------------
 # time series

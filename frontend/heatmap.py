@@ -1,103 +1,26 @@
-"""The node × insight heat map: for one diagnosis run, how many of each node's judged traces show each insight.
-
-A cell is (traces of the run with a statement of the insight made at the node) / (traces the run judged that have
-a span of the node). Statements of verdicts marked wrong are left out, as insight clustering leaves them out.
-Three grouped queries whatever the number of nodes and insights; the columns are capped (the most frequent ones).
-"""
+"""The heat map as the Nodes page draws it: `diagnosis.selectors.node_insight_heatmap_get` has the figures; this
+gives each cell its shade."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-from django.core.cache import cache
-from django.db.models import Count, Q
-
 from clear.projects.models import Project
-from diagnosis.models import DiagnosisRun, Insight, InsightStatement, RunTrace
-from diagnosis.selectors import insight_list
-from traces.models import Span
+from diagnosis.models import DiagnosisRun, Insight
+from diagnosis.selectors import HeatMap, HeatMapCell, node_insight_heatmap_get
 
-MAX_COLUMNS = 16
-JUDGED_CACHE_SECONDS = 600
 # Cell shades: the share at or above which a cell takes shade i (0 is "none").
 SHADE_STEPS = (0.0, 0.05, 0.15, 0.3, 0.5)
 
 
-@dataclass
-class Cell:
-    insight: Insight
-    traces: int
-    judged: int
-
-    @property
-    def share(self) -> float | None:
-        return self.traces / self.judged if self.judged else None
-
-    @property
-    def shade(self) -> int:
-        if not self.traces or not self.judged:
-            return 0
-        return max(i for i, step in enumerate(SHADE_STEPS) if self.share >= step) + 1
+def cell_shade(cell: HeatMapCell) -> int:
+    if not cell.traces or not cell.judged:
+        return 0
+    return max(i for i, step in enumerate(SHADE_STEPS) if cell.share >= step) + 1
 
 
-@dataclass
-class Row:
-    node: str
-    judged: int
-    cells: list[Cell] = field(default_factory=list)
-
-
-@dataclass
-class HeatMap:
-    run: DiagnosisRun
-    level: str
-    columns: list[Insight]
-    rows: list[Row]
-    more_columns: bool  # the column cap left some of the run's insights out
-
-
-def judged_traces_by_node(*, project: Project, run: DiagnosisRun) -> dict[str, int]:
-    """{node: traces the run judged with a span at the node}. It reads every span of the judged traces (10k
-    traces: 200k spans, ~1 s), so a finished run's figures are kept in the cache for JUDGED_CACHE_SECONDS: the
-    run's traces no longer change then; only spans arriving late for a judged trace, or deleted by retention, can
-    make the cached counts differ, and for at most that long."""
-    key = f"clear:heatmap-judged:{run.pk}:{run.done_count}:{run.finished_at.isoformat() if run.finished_at else ''}"
-    judged = cache.get(key) if run.is_finished else None
-    if judged is None:
-        traces = RunTrace.objects.filter(run=run, status=RunTrace.Status.DONE).values("trace_id")
-        judged = dict(Span.objects.filter(project=project, trace_id__in=traces).exclude(node="")
-                      .values("node").annotate(n=Count("trace_id", distinct=True)).order_by()
-                      .values_list("node", "n"))
-        if run.is_finished:
-            cache.set(key, judged, JUDGED_CACHE_SECONDS)
-    return judged
-
-
-def heatmap_runs(*, project: Project) -> list[DiagnosisRun]:
-    """Runs whose insights were built, newest first (the choices of the run filter)."""
-    return list(DiagnosisRun.objects.filter(project=project, insights_status="done").order_by("-created_at")[:50])
-
-
-def node_insight_heatmap(*, project: Project, run: DiagnosisRun, level: str = Insight.Level.SYSTEM) -> HeatMap:
-    statement_field = "system_insight" if level == Insight.Level.SYSTEM else "node_insight"
-    insights = (insight_list(project=project, run=run, level=level, include_other=False)
-                .order_by("-frequency", "-count", "pk"))
-    columns = list(insights[: MAX_COLUMNS + 1])
-    more = len(columns) > MAX_COLUMNS
-    columns = columns[:MAX_COLUMNS]
-    judged = judged_traces_by_node(project=project, run=run)
-    counts: dict[tuple[str, int], int] = {}
-    if columns:
-        rows = (InsightStatement.objects.filter(project=project, run=run, excluded=False)
-                .filter(Q(**{f"{statement_field}__in": columns})).exclude(node="")
-                .values("node", statement_field).annotate(n=Count("trace_id", distinct=True)).order_by())
-        counts = {(r["node"], r[statement_field]): r["n"] for r in rows}
-    nodes = sorted(set(judged) | {node for node, _ in counts})
-    result = []
-    for node in nodes:
-        row = Row(node=node, judged=judged.get(node, 0))
-        row.cells = [Cell(insight=i, traces=counts.get((node, i.pk), 0), judged=row.judged) for i in columns]
-        result.append(row)
-    # Nodes with the most affected traces first: the rows worth reading come first.
-    result.sort(key=lambda r: (-max((c.share or 0 for c in r.cells), default=0), r.node))
-    return HeatMap(run=run, level=level, columns=columns, rows=result, more_columns=more)
+def heatmap_shaded(*, project: Project, run: DiagnosisRun, level: str = Insight.Level.SYSTEM) -> HeatMap:
+    """The run's heat map, each cell with `shade` (0-5) for the template."""
+    heat_map = node_insight_heatmap_get(project=project, run=run, level=level)
+    for row in heat_map.rows:
+        for cell in row.cells:
+            cell.shade = cell_shade(cell)
+    return heat_map

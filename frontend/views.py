@@ -16,9 +16,25 @@ from clear.projects.selectors import api_key_list, project_get_for_user, project
 from clear.projects.services import api_key_create, api_key_revoke
 from diagnosis.insights.headline import diagnosis_run_headline
 from diagnosis.models import Insight
-from frontend import charts, graph_queries, heatmap, queries
+from diagnosis.selectors import (
+    diagnosis_run_latest,
+    diagnosis_run_list_with_insights,
+    diagnosis_run_spend,
+    insight_count_by_node,
+    node_stats_list,
+    node_workflow_get,
+)
+from frontend import charts
 from frontend.dashboard_cache import dashboard_aggregate
-from traces.selectors import trace_list, trace_stats
+from frontend.heatmap import heatmap_shaded
+from traces.selectors import (
+    GRAPH_TRACE_SAMPLE,
+    trace_list,
+    trace_release_list,
+    trace_sample_pks,
+    trace_stats,
+    trace_volume_series,
+)
 
 
 def project_for(request: HttpRequest, slug: str) -> Project:
@@ -63,8 +79,8 @@ def overview(request: HttpRequest, slug: str) -> HttpResponse:
         stats = trace_stats(project=project)
         if not stats.traces:
             return {"stats": stats}
-        return {"stats": stats, "series": queries.trace_volume_series(project=project),
-                "spend": queries.judge_spend(project=project)}
+        return {"stats": stats, "series": trace_volume_series(project=project),
+                "spend": diagnosis_run_spend(project=project)}
 
     cached = dashboard_aggregate(project=project, name="overview", params=(), compute=figures)
     stats = cached.value["stats"]
@@ -82,7 +98,7 @@ def overview(request: HttpRequest, slug: str) -> HttpResponse:
             "chart": charts.volume_chart(cached.value["series"]),
             "spend": cached.value["spend"],
             "computed_at": cached.computed_at,
-            "latest_run": queries.latest_run(project=project),
+            "latest_run": diagnosis_run_latest(project=project),
             # The insights' figures come from this run, not from whichever run was started last (a gate's, say).
             "figures_run": diagnosis_run_headline(project=project),
             "top_insights": top_insights(project=project),
@@ -93,16 +109,16 @@ def overview(request: HttpRequest, slug: str) -> HttpResponse:
 @login_required
 def workflow(request: HttpRequest, slug: str) -> HttpResponse:
     project = project_for(request, slug)
-    releases = queries.trace_releases(project=project)
+    releases = trace_release_list(project=project)
     release = release_param(request, releases)
-    sample = graph_queries.GRAPH_TRACE_SAMPLE
+    sample = GRAPH_TRACE_SAMPLE
     cached = dashboard_aggregate(project=project, name="workflow", params=(release, sample), compute=lambda: (
-        graph_queries.workflow(project=project, trace_pks=graph_queries.sample_trace_pks(
+        node_workflow_get(project=project, trace_pks=trace_sample_pks(
             project=project, release=release, sample=sample))))
     stats, edges = cached.value
     graph = charts.workflow_graph(stats, edges)
     if graph:
-        counts = queries.insight_counts_by_node(project=project)
+        counts = insight_count_by_node(project=project)
         for node in graph.nodes:
             node.insights = counts.get(node.name, 0)
     context = {
@@ -115,11 +131,11 @@ def workflow(request: HttpRequest, slug: str) -> HttpResponse:
 @login_required
 def nodes(request: HttpRequest, slug: str) -> HttpResponse:
     project = project_for(request, slug)
-    releases = queries.trace_releases(project=project)
+    releases = trace_release_list(project=project)
     release = release_param(request, releases)
-    sample = graph_queries.GRAPH_TRACE_SAMPLE
+    sample = GRAPH_TRACE_SAMPLE
     cached = dashboard_aggregate(project=project, name="nodes", params=(release, sample), compute=lambda: (
-        graph_queries.node_stats(project=project, trace_pks=graph_queries.sample_trace_pks(
+        node_stats_list(project=project, trace_pks=trace_sample_pks(
             project=project, release=release, sample=sample))))
     rows = list(cached.value)
     sort = request.GET.get("sort", "pass")
@@ -131,7 +147,7 @@ def nodes(request: HttpRequest, slug: str) -> HttpResponse:
         sort = "pass"
         rows.sort(key=lambda r: (r.pass_rate if r.pass_rate is not None else 2, r.node))
     context = {"project": project, "nav": "nodes", "releases": releases, "release": release, "rows": rows,
-               "sort": sort, "has_feedback": queries.latest_run(project=project) is not None, "sample": sample,
+               "sort": sort, "has_feedback": diagnosis_run_latest(project=project) is not None, "sample": sample,
                "computed_at": cached.computed_at}
     context.update(_heatmap_context(request, project))
     return render(request, "frontend/nodes.html", context)
@@ -139,7 +155,7 @@ def nodes(request: HttpRequest, slug: str) -> HttpResponse:
 
 def _heatmap_context(request: HttpRequest, project: Project) -> dict:
     """The heat map of the run named by `?run=` (default: the newest run with insights), at `?level=`."""
-    runs = heatmap.heatmap_runs(project=project)
+    runs = diagnosis_run_list_with_insights(project=project)
     wanted = request.GET.get("run", "").strip()
     run = next((r for r in runs if str(r.pk) == wanted), None)
     if wanted and run is None:
@@ -149,7 +165,7 @@ def _heatmap_context(request: HttpRequest, project: Project) -> dict:
     if level not in Insight.Level.values:
         level = Insight.Level.SYSTEM
     return {"heatmap_runs": runs, "heatmap_level": level, "levels": Insight.Level.choices,
-            "heatmap": heatmap.node_insight_heatmap(project=project, run=run, level=level) if run else None}
+            "heatmap": heatmap_shaded(project=project, run=run, level=level) if run else None}
 
 
 @login_required

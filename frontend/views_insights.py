@@ -17,11 +17,14 @@ from clear.errors import ClearError, NotFoundError
 from clear.projects.models import Project
 from diagnosis.models import Insight
 from diagnosis.selectors import (
+    diagnosis_run_latest,
     insight_evidence_list,
     insight_get,
     insight_link_pairs,
+    insight_count_by_node,
     insight_links,
     insight_list,
+    insight_list_ranked,
     insight_trend,
 )
 from diagnosis.services.insights_review import insight_confirm, insight_reject, insight_status_set
@@ -29,9 +32,9 @@ from diagnosis.tickets.export import CONTENT_TYPES, OUTPUTS, tickets_export
 from diagnosis.tickets.models import IssueTrackerConnection, Ticket
 from diagnosis.tickets.selectors import STATUS_FILTERS, ticket_for_insight, ticket_get, ticket_list
 from diagnosis.tickets.services import ticket_status_set
-from frontend import queries
 from frontend.pagination import keyset_page
 from frontend.views import project_for
+from traces.selectors import trace_release_list
 
 PAGE_SIZE = 50
 EVIDENCE_LIMIT = 25
@@ -66,8 +69,8 @@ def top_insights(*, project: Project) -> list[Insight]:
 def insight_list_view(request: HttpRequest, slug: str) -> HttpResponse:
     project = project_for(request, slug)
     every = insight_list(project=project)
-    nodes = sorted(queries.insight_counts_by_node(project=project))
-    releases = queries.trace_releases(project=project)
+    nodes = sorted(insight_count_by_node(project=project))
+    releases = trace_release_list(project=project)
     filters = {
         "level": _choice(request, "level", Insight.Level.values),
         "node": _choice(request, "node", nodes),
@@ -75,10 +78,10 @@ def insight_list_view(request: HttpRequest, slug: str) -> HttpResponse:
         "status": _choice(request, "status", Insight.Status.values),
         "release": _choice(request, "release", releases),
     }
-    insights = insight_list(project=project, level=filters["level"] or None, node=filters["node"] or None,
-                            severity=filters["severity"] or None, status=filters["status"] or None,
-                            release=filters["release"] or None)
-    page = keyset_page(queries.by_rank(insights), field="rank", cursor=request.GET.get("cursor"), limit=PAGE_SIZE)
+    insights = insight_list_ranked(project=project, level=filters["level"] or None, node=filters["node"] or None,
+                                   severity=filters["severity"] or None, status=filters["status"] or None,
+                                   release=filters["release"] or None)
+    page = keyset_page(insights, field="rank", cursor=request.GET.get("cursor"), limit=PAGE_SIZE)
     top = max((i.frequency for i in page.items), default=0) or 1
     for insight in page.items:
         insight.bar = insight.frequency / top  # relative to the most frequent one on the page
@@ -86,7 +89,7 @@ def insight_list_view(request: HttpRequest, slug: str) -> HttpResponse:
         "project": project, "nav": "insights", "insights": page.items, "page": page, "filters": filters,
         "filtered": any(filters.values()), "has_any": every.exists(), "nodes": nodes,
         "releases": releases, "levels": Insight.Level.choices, "severities": Insight.Severity.choices,
-        "statuses": Insight.Status.choices, "has_run": queries.latest_run(project=project) is not None,
+        "statuses": Insight.Status.choices, "has_run": diagnosis_run_latest(project=project) is not None,
     }
     return render(request, "frontend/insights.html", context)
 

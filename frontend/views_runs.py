@@ -12,13 +12,19 @@ from clear.errors import ClearError, NotFoundError
 from clear.projects.models import Project
 from diagnosis import conf as diagnosis_conf
 from diagnosis.models import DiagnosisRun
-from diagnosis.selectors import diagnosis_run_get, diagnosis_run_list, diagnosis_run_summary, rubric_list
+from diagnosis.selectors import (
+    diagnosis_run_get,
+    diagnosis_run_list_with_failing,
+    diagnosis_run_summary,
+    feedback_failing_list_for_run,
+    rubric_list,
+)
 from diagnosis.services import diagnosis_run_cancel, diagnosis_run_start
 from diagnosis.services.judging import CONTRASTIVE_JUDGE, LLM_JUDGES, RULE_JUDGES, RUBRICS_ALIAS
-from frontend import queries
 from frontend.forms import RunStartForm
 from frontend.pagination import keyset_page
 from frontend.views import project_for
+from traces.selectors import NO_RELEASE, trace_release_list
 
 PAGE_SIZE = 30
 
@@ -75,7 +81,7 @@ def run_progress(run: DiagnosisRun) -> dict:
 @login_required
 def run_list(request: HttpRequest, slug: str) -> HttpResponse:
     project = project_for(request, slug)
-    runs = queries.runs_with_failing(diagnosis_run_list(project=project).select_related("created_by"))
+    runs = diagnosis_run_list_with_failing(project=project)
     page = keyset_page(runs, field="created_at", cursor=request.GET.get("cursor"), limit=PAGE_SIZE)
     for run in page.items:
         run.progress = run_progress(run)
@@ -88,7 +94,7 @@ def run_new(request: HttpRequest, slug: str) -> HttpResponse:
     project = project_for(request, slug)
     choices = judge_choices(project)
     configured_model = diagnosis_conf.judge_model()
-    releases = [r for r in queries.trace_releases(project=project) if r != "(none)"]
+    releases = [r for r in trace_release_list(project=project) if r != NO_RELEASE]
     status = 200
     if request.method == "POST":
         form = RunStartForm(request.POST, judge_choices=choices)
@@ -129,7 +135,7 @@ def run_detail(request: HttpRequest, slug: str, run_id) -> HttpResponse:
     context = {
         "project": project, "nav": "runs", "run": run, "progress": run_progress(run),
         "summary": diagnosis_run_summary(project=project, run=run),
-        "failing": queries.run_failing_feedback(project=project, run=run),
+        "failing": feedback_failing_list_for_run(project=project, run=run),
         "warnings": (run.config or {}).get("warnings", []),
     }
     return render(request, "frontend/run.html", context)

@@ -18,9 +18,9 @@ from diagnosis import conf as diagnosis_conf
 from diagnosis.models import Rubric
 from diagnosis.selectors import rubric_get, rubric_list
 from diagnosis.services import rubric_create, rubric_delete, rubric_update
-from frontend import queries
 from frontend.forms import RubricForm
 from frontend.views import project_for
+from traces.selectors import span_node_list
 
 RUBRIC_EXAMPLES = {
     "regex": {"pattern": "sorry, I can't", "ignore_case": True, "expect": "absent", "field": "output",
@@ -44,7 +44,7 @@ def _rubrics_page(request: HttpRequest, project: Project, form: RubricForm, *, e
                   status: int = 200) -> HttpResponse:
     context = {
         "project": project, "nav": "settings", "settings_tab": "rubrics", "form": form, "editing": editing,
-        "rubrics": rubric_list(project=project), "nodes": queries.span_nodes(project=project),
+        "rubrics": rubric_list(project=project), "nodes": span_node_list(project=project),
         "examples": {kind: json.dumps(config, indent=2) for kind, config in RUBRIC_EXAMPLES.items()},
         "kinds": Rubric.Kind.choices,
     }

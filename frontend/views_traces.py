@@ -18,13 +18,26 @@ from django.views.decorators.http import require_POST
 from clear.errors import ClearError
 from diagnosis.models import Feedback
 from diagnosis.services import insights_review
-from frontend import queries
+from diagnosis.selectors import (
+    feedback_correction_map,
+    feedback_get,
+    feedback_list_for_trace,
+    feedback_runs_for_trace,
+    trace_list_with_failing,
+)
 from frontend.forms import TraceFilterForm
 from frontend.pagination import keyset_page
 from frontend.render import render_value
 from frontend.views import project_for
 from traces.models import Span
-from traces.selectors import trace_get
+from traces.selectors import (
+    TraceFilter,
+    release_filter_value,
+    span_list_for_trace,
+    span_node_list,
+    trace_get,
+    trace_release_list,
+)
 
 PAGE_SIZE = 50
 SPAN_LIMIT = 3000
@@ -34,17 +47,17 @@ SPAN_LIMIT = 3000
 def trace_list(request: HttpRequest, slug: str) -> HttpResponse:
     project = project_for(request, slug)
     form = TraceFilterForm(request.GET)
-    filters = queries.TraceFilter()
+    filters = TraceFilter()
     if form.is_valid():
         data = form.cleaned_data
-        filters = queries.TraceFilter(release=data["release"].strip(), outcome=data["outcome"],
-                                      node=data["node"].strip(), q=data["q"].strip(), since=data["since"],
-                                      until=data["until"])
-    page = keyset_page(queries.trace_search(project=project, filters=filters), field="start_time",
+        filters = TraceFilter(release=release_filter_value(data["release"].strip()), outcome=data["outcome"],
+                              node=data["node"].strip(), q=data["q"].strip(), since=data["since"],
+                              until=data["until"])
+    page = keyset_page(trace_list_with_failing(project=project, filters=filters), field="start_time",
                        cursor=request.GET.get("cursor"), limit=PAGE_SIZE)
     context = {
         "project": project, "nav": "traces", "form": form, "filters": filters, "page": page,
-        "releases": queries.trace_releases(project=project), "nodes": queries.span_nodes(project=project),
+        "releases": trace_release_list(project=project), "nodes": span_node_list(project=project),
     }
     return render(request, "frontend/traces.html", context)
 
@@ -144,21 +157,21 @@ def trace_detail(request: HttpRequest, slug: str, trace_id: str) -> HttpResponse
     trace = trace_get(project=project, trace_id=trace_id)
     if trace is None:
         raise Http404("No such trace in this project")
-    spans = queries.trace_spans(project=project, trace=trace, limit=SPAN_LIMIT + 1)
+    spans = list(span_list_for_trace(project=project, trace=trace)[:SPAN_LIMIT + 1])
     truncated = len(spans) > SPAN_LIMIT
     spans = spans[:SPAN_LIMIT]
     rows = _tree_rows(spans)
 
-    runs = queries.trace_feedback_runs(project=project, trace=trace)
+    runs = feedback_runs_for_trace(project=project, trace=trace)
     wanted_run = request.GET.get("run", "")
     run = next((r for r in runs if str(r["run_id"]) == wanted_run), None)
     if wanted_run and run is None:
         messages.warning(request, "That diagnosis run left no feedback on this trace; showing the latest one.")
     run = run or (runs[0] if runs else None)
-    feedback = queries.trace_feedback(project=project, trace=trace, run_id=run["run_id"]) if run else []
+    feedback = feedback_list_for_trace(project=project, trace=trace, run_id=run["run_id"]) if run else []
 
     names = {row.span.span_id: row.span.name for row in rows}
-    corrections = queries.corrections_for(project=project, feedback=feedback)
+    corrections = feedback_correction_map(project=project, feedback=feedback)
     for item in feedback:
         item.issue_list = _issue_list(item, names)
         item.evidence_count = sum(len(issue["evidence"]) for issue in item.issue_list)
@@ -223,7 +236,7 @@ def trace_detail(request: HttpRequest, slug: str, trace_id: str) -> HttpResponse
 @require_POST
 def feedback_mark_wrong(request: HttpRequest, slug: str, feedback_id: int) -> HttpResponse:
     project = project_for(request, slug)
-    feedback = queries.feedback_get(project=project, feedback_id=feedback_id)
+    feedback = feedback_get(project=project, feedback_id=feedback_id)
     if feedback is None:
         raise Http404("No such feedback in this project")
     note = request.POST.get("note", "").strip()[:2000]

@@ -8,7 +8,6 @@ import logging
 import uuid
 
 from django.conf import settings
-from django.db.models import Exists, OuterRef, QuerySet
 from django.db.models.functions import Coalesce
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
@@ -30,7 +29,7 @@ from traces.models import Span, Trace
 from traces.normalize import LangfuseBatchError, OtlpDecodeError, decode_export_request, normalize_ingestion_batch
 from traces.normalize.otlp import content_kind
 from traces.receivers import IngestError, InFlightLimit, UnsupportedMediaType, authenticate, read_body
-from traces.selectors import span_list_for_trace, trace_get, trace_list
+from traces.selectors import TraceFilter, span_list_for_trace, trace_get, trace_list_filtered
 from traces.services import langfuse_batch_ingest, spans_ingest
 from traces.services.lifecycle import trace_delete, trace_outcome_set
 
@@ -177,22 +176,6 @@ def _trace_or_404(*, project: Project, trace_id: str) -> Trace:
     return trace
 
 
-def _traces_filtered(*, project: Project, release: str = "", outcome: str = "", node: str = "", since=None,
-                     until=None, task_id: str = "") -> QuerySet[Trace]:
-    """trace_list's filters plus node (a span of it), the start window and the task id."""
-    traces = trace_list(project=project, release=release or None, outcome=outcome or None)
-    if node:
-        traces = traces.filter(Exists(Span.objects.filter(trace=OuterRef("pk"), node=node)))
-    if since is not None:
-        traces = traces.filter(start_time__gte=since)
-    if until is not None:
-        traces = traces.filter(start_time__lt=until)
-    if task_id:
-        traces = traces.filter(task_id=task_id)
-    # Keyset order: traces without spans (no start yet) sort by arrival.
-    return traces.annotate(sort_time=Coalesce("start_time", "first_received_at"))
-
-
 class TraceOutputSerializer(serializers.Serializer):
     trace_id = serializers.CharField()
     name = serializers.CharField()
@@ -274,7 +257,12 @@ class TraceListApi(ProjectApi):
     def get(self, request: Request) -> Response:
         filters = self.FilterSerializer(data=request.query_params)
         filters.is_valid(raise_exception=True)
-        traces = _traces_filtered(project=self.project(request), **filters.validated_data)
+        data = filters.validated_data
+        trace_filter = TraceFilter(release=data["release"] or None, outcome=data["outcome"], node=data["node"],
+                                   since=data["since"], until=data["until"], task_id=data["task_id"])
+        # Keyset order: traces without spans (no start yet) sort by arrival.
+        traces = trace_list_filtered(project=self.project(request), filters=trace_filter).annotate(
+            sort_time=Coalesce("start_time", "first_received_at"))
         page = paginate(queryset=traces, request=request, ordering=("-sort_time", "-pk"))
         return Response(page_body(page=page, results=TraceOutputSerializer(page.rows, many=True).data))
 

@@ -15,10 +15,9 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from django.db import transaction
-from django.db.models import Exists, F, OuterRef
+from django.db.models import F
 from django.utils import timezone
 
-from clear.db import on_postgres
 from clear.projects.models import Project
 from diagnosis import conf
 from diagnosis.errors import DiagnosisRunFinishedError, DiagnosisRunInvalidError
@@ -39,6 +38,7 @@ from diagnosis.services.judging import (
 from diagnosis.services.contrastive import contrastive_run_judge_safely
 from diagnosis.services.trace_view import trace_view_build
 from traces.models import Span, Trace
+from traces.selectors import TraceFilter, trace_list_filtered
 
 logger = logging.getLogger(__name__)
 
@@ -87,28 +87,12 @@ def judges_resolve(*, judges: list[str] | None, model: str) -> list[str]:
 
 def _select_traces(*, project: Project, release: str, since: datetime | None, until: datetime | None,
                    tags: list[str], outcome: str, node: str, trace_ids: list[str], sample_rate: float) -> list[int]:
-    traces = Trace.objects.filter(project=project)
-    if release:
-        traces = traces.filter(release=release)
-    if since:
-        traces = traces.filter(start_time__gte=since)
-    if until:
-        traces = traces.filter(start_time__lt=until)
-    if outcome:
-        traces = traces.filter(outcome=outcome)
-    if node:
-        traces = traces.filter(Exists(Span.objects.filter(trace=OuterRef("pk"), node=node)))
-    if trace_ids:
-        traces = traces.filter(trace_id__in=trace_ids)
-    if tags and on_postgres():
-        traces = traces.filter(tags__contains=tags)
-    selected = []
-    for pk, trace_id, trace_tags in traces.order_by("start_time", "pk").values_list("pk", "trace_id", "tags"):
-        if tags and not set(tags) <= set(trace_tags or []):
-            continue
-        if trace_sampled(trace_id=trace_id, rate=sample_rate):
-            selected.append(pk)
-    return selected
+    """The pks of the traces the run judges, in start order: the filter's, sampled (see trace_sampled)."""
+    filters = TraceFilter(release=release or None, outcome=outcome, node=node, since=since, until=until,
+                          trace_ids=tuple(trace_ids), tags=tuple(tags))
+    traces = trace_list_filtered(project=project, filters=filters).order_by("start_time", "pk")
+    return [pk for pk, trace_id in traces.values_list("pk", "trace_id")
+            if trace_sampled(trace_id=trace_id, rate=sample_rate)]
 
 
 def _validate_filter(*, project: Project, since, until, outcome: str, sample_rate: float, budget_tokens,

@@ -8,13 +8,23 @@ import pytest
 from django.db import connection
 
 from clear.db import on_postgres
-from frontend import graph_queries, queries
+from diagnosis.selectors import feedback_failing_spans, node_workflow_get
 from traces.models import Span, Trace
+from traces.selectors import (
+    TraceFilter,
+    span_node_figures,
+    span_node_list,
+    span_node_status_list,
+    trace_list_filtered,
+    trace_release_list,
+    trace_sample_pks,
+)
+from traces.selectors import traces as trace_reads
+from traces.selectors.graph import _workflow_rows
 
 pytestmark = pytest.mark.django_db
 
-DISPATCHED = [queries._distinct, graph_queries.failing_spans, graph_queries._node_rows, graph_queries._spans_at,
-              graph_queries._workflow_rows]
+DISPATCHED = [trace_reads._distinct, feedback_failing_spans, span_node_figures, span_node_status_list, _workflow_rows]
 
 
 def _normalised(value):
@@ -29,16 +39,16 @@ def _normalised(value):
 
 def _calls(seeded):
     project = seeded.project
-    pks = graph_queries.sample_trace_pks(project=project)
-    pairs = graph_queries.failing_spans(project=project, trace_pks=pks)
+    pks = trace_sample_pks(project=project)
+    pairs = feedback_failing_spans(project=project, trace_pks=pks)
     assert pairs, "the seed run leaves failing verdicts on spans"
     return [
-        (queries._distinct, (Trace, "release"), {"project": project}),
-        (queries._distinct, (Span, "node"), {"project": project}),
-        (graph_queries.failing_spans, (), {"project": project, "trace_pks": pks}),
-        (graph_queries._node_rows, (), {"project": project, "trace_pks": pks}),
-        (graph_queries._spans_at, (), {"project": project, "pairs": pairs}),
-        (graph_queries._workflow_rows, (), {"project": project, "trace_pks": pks}),
+        (trace_reads._distinct, (Trace, "release"), {"project": project}),
+        (trace_reads._distinct, (Span, "node"), {"project": project}),
+        (feedback_failing_spans, (), {"project": project, "trace_pks": pks}),
+        (span_node_figures, (), {"project": project, "trace_pks": pks}),
+        (span_node_status_list, (), {"project": project, "pairs": pairs}),
+        (_workflow_rows, (), {"project": project, "trace_pks": pks}),
     ]
 
 
@@ -55,12 +65,22 @@ def test_portable_paths_give_what_the_postgres_paths_give(seeded):
             assert portable == _normalised(function.postgres(*args, **kwargs)), function.__name__
 
 
+def test_the_tag_filter_finds_the_traces_with_every_tag(seeded):
+    project = seeded.project
+    traces = list(Trace.objects.filter(project=project).order_by("pk")[:3])
+    for trace, tags in zip(traces, (["vip", "eu"], ["vip"], ["eu", "vip", "beta"]), strict=True):
+        Trace.objects.filter(pk=trace.pk).update(tags=tags)
+    expected = {("vip",): set(traces), ("vip", "eu"): {traces[0], traces[2]}, ("beta", "eu", "eu"): {traces[2]},
+                ("vi",): set(), ("nope", "vip"): set()}
+    for tags, wanted in expected.items():
+        assert set(trace_list_filtered(project=project, filters=TraceFilter(tags=tags))) == wanted, tags
+
+
 def test_pages_use_the_path_of_the_database(seeded):
     project = seeded.project
-    assert queries.trace_releases(project=project) == ["r1", "r2"]
-    assert "billing_worker" in queries.span_nodes(project=project)
-    stats, edges = graph_queries.workflow(project=project,
-                                         trace_pks=graph_queries.sample_trace_pks(project=project))
+    assert trace_release_list(project=project) == ["r1", "r2"]
+    assert "billing_worker" in span_node_list(project=project)
+    stats, edges = node_workflow_get(project=project, trace_pks=trace_sample_pks(project=project))
     by_node = {s.node: s for s in stats}
     assert by_node["billing_worker"].bad > 0 and any(e.kind == "handoff" for e in edges)
     assert on_postgres() == (connection.vendor == "postgresql")

@@ -68,7 +68,7 @@ def test_api_errors_stay_json(project, issued_key, monkeypatch):
     client = Client(headers={"Authorization": f"Bearer {issued_key.secret}"})
     response = client.get("/api/v1/no-such-endpoint/")
     assert response.status_code == 404 and response.json()["code"] == "no_endpoint"
-    monkeypatch.setattr("traces.apis.trace_list", _explode)
+    monkeypatch.setattr("traces.apis.trace_list_filtered", _explode)
     client.raise_request_exception = False
     response = client.get("/api/v1/traces/")
     assert response.status_code == 500

@@ -5,9 +5,10 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 from frontend.charts import volume_chart, workflow_graph
-from frontend.graph_queries import Edge, NodeStats, _handoffs
-from frontend.queries import VolumeBucket, VolumeSeries
+from diagnosis.selectors import NodeStats
 from frontend.render import FOLD_CHARS, highlight, quote_pattern, render_value
+from traces.selectors import Edge, VolumeBucket, VolumeSeries
+from traces.selectors.graph import _handoffs
 
 
 def test_highlight_escapes_everything_and_marks_quotes():

@@ -1,8 +1,9 @@
-"""Per-node figures and the workflow graph's transitions, over the newest traces of a project.
+"""Per-node span figures and the workflow's transitions, over the newest traces of a project.
 
-Both pages look at the newest GRAPH_TRACE_SAMPLE traces: enough to see every path the agent takes and its current
-health, bounded so a project with millions of spans costs what one with thousands does. The sampled traces are
-passed to Postgres as one array of pks, so their spans are read by index, never by a scan of every span.
+The workflow and nodes pages look at the newest GRAPH_TRACE_SAMPLE traces: enough to see every path the agent takes
+and its current health, bounded so a project with millions of spans costs what one with thousands does. The sampled
+traces are passed to Postgres as one array of pks, so their spans are read by index, never by a scan of every span.
+What the judges said about those spans is added by `diagnosis.selectors` (node figures with failing verdicts).
 """
 
 from __future__ import annotations
@@ -12,30 +13,14 @@ from dataclasses import dataclass
 
 from django.db import connection
 from django.db.models import Count, Q
-from django.db.models.expressions import RawSQL
 
 from clear.db import postgres_fast_path
 from clear.projects.models import Project
-from frontend.queries import failing_feedback
-from traces.models import Span, Trace
+from traces.models import Span
+from traces.selectors.traces import TraceFilter, release_filter_value, trace_list_filtered
 
 GRAPH_TRACE_SAMPLE = 2000
 _SIBLING_GROUP_MAX = 200
-
-
-@dataclass
-class NodeStats:
-    node: str
-    spans: int
-    traces: int
-    errors: int
-    failing: int  # spans with a failing verdict from any run
-    bad: int  # spans with an error or a failing verdict
-    agent_spans: int = 0
-
-    @property
-    def pass_rate(self) -> float | None:
-        return (self.spans - self.bad) / self.spans if self.spans else None
 
 
 @dataclass(frozen=True)
@@ -46,11 +31,9 @@ class Edge:
     count: int
 
 
-def sample_trace_pks(*, project: Project, release: str = "", sample: int = GRAPH_TRACE_SAMPLE) -> list[int]:
-    """The pks of the newest `sample` traces (of `release`): one index scan."""
-    traces = Trace.objects.filter(project=project)
-    if release:
-        traces = traces.filter(release="" if release == "(none)" else release)
+def trace_sample_pks(*, project: Project, release: str = "", sample: int = GRAPH_TRACE_SAMPLE) -> list[int]:
+    """The pks of the newest `sample` traces (of `release`, as the lists name it): one index scan."""
+    traces = trace_list_filtered(project=project, filters=TraceFilter(release=release_filter_value(release)))
     pks = list(traces.filter(start_time__isnull=False).order_by("-start_time", "-pk")
                .values_list("pk", flat=True)[:sample])
     if len(pks) < sample:  # a small project: traces with no start time yet (still arriving) too
@@ -58,31 +41,7 @@ def sample_trace_pks(*, project: Project, release: str = "", sample: int = GRAPH
     return pks
 
 
-def _failing_spans_postgres(*, project: Project, trace_pks: list[int]) -> set[tuple[int, str]]:
-    traces = RawSQL("SELECT unnest(%s::bigint[])", [trace_pks])  # one array parameter, not 2,000 placeholders
-    return set(failing_feedback().filter(project=project, trace_id__in=traces, target_span_id__isnull=False)
-               .values_list("trace_id", "target_span_id").distinct())
-
-
-@postgres_fast_path(_failing_spans_postgres)
-def failing_spans(*, project: Project, trace_pks: list[int]) -> set[tuple[int, str]]:
-    """(trace pk, span id) of the spans of these traces that a verdict nobody marked wrong fails; one query,
-    by the verdicts' trace index."""
-    return set(failing_feedback().filter(project=project, trace_id__in=trace_pks, target_span_id__isnull=False)
-               .values_list("trace_id", "target_span_id").distinct())
-
-
-def _stats(rows: dict[str, dict], failing_by_node: dict[str, tuple[int, int]]) -> list[NodeStats]:
-    stats = []
-    for node in sorted(rows):
-        row = rows[node]
-        n, n_error = failing_by_node.get(node, (0, 0))
-        stats.append(NodeStats(node=node, spans=row["spans"], traces=row["traces"], errors=row["errors"],
-                               agent_spans=row["agent_spans"], failing=n, bad=row["errors"] + n - n_error))
-    return stats
-
-
-def _node_rows_postgres(*, project: Project, trace_pks: list[int]) -> dict[str, dict]:
+def _node_figures_postgres(*, project: Project, trace_pks: list[int]) -> dict[str, dict]:
     # Raw SQL for one array parameter: `trace_id__in` would send (and psycopg split) 2,000 placeholders.
     col = {f.name: f.column for f in Span._meta.concrete_fields}
     sql = (f"SELECT {col['node']}, count(*), count(DISTINCT {col['trace']}), "
@@ -94,8 +53,8 @@ def _node_rows_postgres(*, project: Project, trace_pks: list[int]) -> dict[str, 
                 for node, n, traces, errors, agents in cursor.fetchall()}
 
 
-@postgres_fast_path(_node_rows_postgres)
-def _node_rows(*, project: Project, trace_pks: list[int]) -> dict[str, dict]:
+@postgres_fast_path(_node_figures_postgres)
+def span_node_figures(*, project: Project, trace_pks: list[int]) -> dict[str, dict]:
     """{node: {spans, traces, errors, agent_spans}} over these traces' spans; one grouped query."""
     rows = (Span.objects.filter(project=project, trace_id__in=trace_pks).order_by().values("node")
             .annotate(spans=Count("pk"), traces=Count("trace", distinct=True),
@@ -104,23 +63,7 @@ def _node_rows(*, project: Project, trace_pks: list[int]) -> dict[str, dict]:
     return {r.pop("node"): r for r in rows}
 
 
-def _failing_by_node(*, project: Project, trace_pks: list[int]) -> dict[str, tuple[int, int]]:
-    """{node: (spans with a failing verdict, of which error spans)}."""
-    by_node: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    for node, status in _spans_at(project=project, pairs=failing_spans(project=project, trace_pks=trace_pks)):
-        by_node[node][0] += 1
-        by_node[node][1] += status == "error"
-    return {node: (n, n_error) for node, (n, n_error) in by_node.items()}
-
-
-def node_stats(*, project: Project, trace_pks: list[int]) -> list[NodeStats]:
-    """Per node of these traces: spans, traces, error spans, spans with a failing verdict, and the pass rate (share
-    of spans with neither). Three queries: one grouped over the spans, the failing verdicts, their spans."""
-    return _stats(_node_rows(project=project, trace_pks=trace_pks),
-                  _failing_by_node(project=project, trace_pks=trace_pks))
-
-
-def _spans_at_postgres(*, project: Project, pairs: set[tuple[int, str]]) -> list[tuple[str, str]]:
+def _node_status_list_postgres(*, project: Project, pairs: set[tuple[int, str]]) -> list[tuple[str, str]]:
     """One probe of the (trace, span id) unique index per pair (an IN list on each column would be planned as a
     scan)."""
     if not pairs:
@@ -135,8 +78,8 @@ def _spans_at_postgres(*, project: Project, pairs: set[tuple[int, str]]) -> list
         return cursor.fetchall()
 
 
-@postgres_fast_path(_spans_at_postgres)
-def _spans_at(*, project: Project, pairs: set[tuple[int, str]]) -> list[tuple[str, str]]:
+@postgres_fast_path(_node_status_list_postgres)
+def span_node_status_list(*, project: Project, pairs: set[tuple[int, str]]) -> list[tuple[str, str]]:
     """(node, status) of the spans named by (trace pk, span id) pairs."""
     if not pairs:
         return []
@@ -208,10 +151,11 @@ def _workflow_rows(*, project: Project, trace_pks: list[int]) -> list[tuple]:
     return rows + agents
 
 
-def workflow(*, project: Project, trace_pks: list[int]) -> tuple[list[NodeStats], list[Edge]]:
-    """Node figures and transitions of these traces: a span of node A with a child of node B is a call;
-    sequential AGENT spans under one parent are a hand-off (B started after A ended, with no sibling agent in
-    between). Self-transitions are left out. Three queries (spans, failing verdicts, their spans)."""
+def span_workflow(*, project: Project, trace_pks: list[int]) -> tuple[dict[str, dict], list[Edge]]:
+    """The node figures ({node: {spans, traces, errors, agent_spans}}, as span_node_figures) and the transitions of
+    these traces, from one read of their spans: a span of node A with a child of node B is a call; sequential AGENT
+    spans under one parent are a hand-off (B started after A ended, with no sibling agent in between).
+    Self-transitions are left out."""
     rows: dict[str, dict] = {}
     edges: list[Edge] = []
     siblings: dict[tuple[int, str], list[tuple]] = defaultdict(list)
@@ -229,5 +173,4 @@ def workflow(*, project: Project, trace_pks: list[int]) -> tuple[list[NodeStats]
         for pair in _handoffs([(node, start, end) for start, _pk, node, end in group]):
             handoffs[pair] += 1
     edges += [Edge(a, b, "handoff", n) for (a, b), n in handoffs.items() if a and b and a != b]
-    stats = _stats(rows, _failing_by_node(project=project, trace_pks=trace_pks))
-    return stats, sorted(edges, key=lambda e: (e.kind, -e.count, e.source, e.target))
+    return rows, sorted(edges, key=lambda e: (e.kind, -e.count, e.source, e.target))

@@ -1,0 +1,137 @@
+"""Insights (the recurring failure patterns built from a run's statements): lists, ranking, one insight's evidence,
+statements, trend and links."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.db.models import Case, Count, F, FloatField, IntegerField, QuerySet, Value, When
+
+from clear.projects.models import Project
+from diagnosis.models import DiagnosisRun, Insight, InsightEvidence, InsightLink, InsightOccurrence, InsightStatement
+
+
+def insight_list(*, project: Project, level: str | None = None, node: str | None = None,
+                 severity: str | list[str] | None = None, status: str | list[str] | None = None,
+                 release: str | None = None, run: DiagnosisRun | None = None, review: str | None = None,
+                 include_rejected: bool = False, include_other: bool = True,
+                 include_merged: bool = False) -> QuerySet:
+    """The project's insights, most recently seen and most frequent first. Rejected insights, and insights merged
+    into another, are hidden unless asked for (or `review="rejected"`); "other" buckets (statements that fit no
+    cluster) are listed unless include_other=False. release / run: insights that occurred in traces of that release
+    / in that run."""
+    insights = Insight.objects.filter(project=project)
+    if level:
+        insights = insights.filter(level=level)
+    if node is not None:
+        insights = insights.filter(node=node)
+    if severity:
+        insights = insights.filter(severity__in=[severity] if isinstance(severity, str) else list(severity))
+    if status:
+        insights = insights.filter(status__in=[status] if isinstance(status, str) else list(status))
+    if review:
+        insights = insights.filter(review=review)
+    elif not include_rejected:
+        insights = insights.exclude(review=Insight.Review.REJECTED)
+    if not include_merged:
+        insights = insights.filter(merged_into__isnull=True)
+    if not include_other:
+        insights = insights.filter(is_other=False)
+    if run is not None:
+        insights = insights.filter(occurrences__run=run)
+    if release is not None:
+        insights = insights.filter(occurrences__releases__has_key=release)
+    return insights.distinct().annotate(not_associated=not_associated_with_failure()).order_by(
+        "is_other", "not_associated", "-last_seen", "-frequency", "-count", "pk")
+
+
+def not_associated_with_failure():
+    """1 for an insight whose lift interval includes 1 (it shows in succeeding traces as often as in failing ones):
+    listed after those associated with failure, or whose association is unknown (no outcomes)."""
+    return Case(When(lift_low__isnull=False, lift_low__lte=1, then=Value(1)), default=Value(0),
+                output_field=IntegerField())
+
+
+def insight_list_ranked(*, project: Project, level: str | None = None, node: str | None = None,
+                        severity: str | None = None, status: str | None = None,
+                        release: str | None = None) -> QuerySet:
+    """insight_list with `rank`: the frequency, with patterns not associated with failure (lift interval including
+    1) after those associated or of unknown association, and "other" buckets (statements that fit no pattern) last
+    (frequency is at most 1, so the offsets keep the groups apart), so one keyset field orders the list."""
+    insights = insight_list(project=project, level=level, node=node, severity=severity, status=status,
+                            release=release)
+    return insights.annotate(rank=Case(When(is_other=True, then=F("frequency") - 4),
+                                       When(lift_low__isnull=False, lift_low__lte=1, then=F("frequency") - 2),
+                                       default=F("frequency"), output_field=FloatField()))
+
+
+def insight_count_by_node(*, project: Project) -> dict[str, int]:
+    """{node: listed node-level insights} (rejected, merged-away and "other" buckets aside); one query."""
+    rows = (insight_list(project=project, level=Insight.Level.NODE, include_other=False).order_by()
+            .values("node").annotate(n=Count("pk", distinct=True)).values_list("node", "n"))
+    return dict(rows)
+
+
+def insight_get(*, project: Project, insight_id) -> Insight:
+    from diagnosis.insights.errors import InsightNotFoundError
+
+    try:
+        insight = Insight.objects.filter(project=project, pk=int(insight_id)).first()
+    except (TypeError, ValueError):
+        insight = None
+    if insight is None:
+        raise InsightNotFoundError(f"No insight {insight_id} in this project")
+    return insight
+
+
+def insight_evidence_list(*, project: Project, insight, run: DiagnosisRun | None = None) -> QuerySet:
+    """Verified citations of the insight (and of insights merged into it), newest run first."""
+    evidence = InsightEvidence.objects.filter(insight__project=project, insight=insight)
+    if run is not None:
+        evidence = evidence.filter(run=run)
+    return evidence.select_related("trace", "run").order_by("-run__created_at", "trace_id", "span_id", "pk")
+
+
+def insight_statement_list(*, project: Project, insight, run: DiagnosisRun | None = None,
+                           include_excluded: bool = False) -> QuerySet:
+    """The statements the insight holds (at its level), e.g. to choose the ones to split off."""
+    field = "node_insight" if insight.level == Insight.Level.NODE else "system_insight"
+    statements = InsightStatement.objects.filter(project=project, **{field: insight})
+    if run is not None:
+        statements = statements.filter(run=run)
+    if not include_excluded:
+        statements = statements.filter(excluded=False)
+    return statements.select_related("trace").order_by("run_id", "trace_id", "feedback_id", "position")
+
+
+@dataclass
+class InsightTrend:
+    by_release: list[dict]  # [{release, count, judged, frequency, run}], see diagnosis/insights/trend.py
+    by_run: list[dict]  # [{run, run_name, release, created_at, count, traces, judged, frequency, lift}]
+
+
+def insight_trend(*, project: Project, insight) -> InsightTrend:
+    from diagnosis.insights.trend import trend_by_run
+
+    insight = insight_get(project=project, insight_id=insight.pk)
+    return InsightTrend(by_release=list(insight.trend or []), by_run=trend_by_run(insight=insight))
+
+
+def insight_links(*, project: Project, insight) -> QuerySet:
+    """Node-level insights a system insight contains, or system insights a node insight belongs to."""
+    links = InsightLink.objects.filter(system__project=project)
+    if insight.level == Insight.Level.SYSTEM:
+        return links.filter(system=insight).select_related("node").order_by("-shared")
+    return links.filter(node=insight).select_related("system").order_by("-shared")
+
+
+def insight_link_pairs(*, project: Project, system_pks: list[int]) -> list[tuple[int, int]]:
+    """(system insight pk, node insight pk) of every link of these system insights; one query."""
+    return list(InsightLink.objects.filter(system__project=project, system_id__in=system_pks)
+                .values_list("system_id", "node_id"))
+
+
+def insight_occurrences_of_run(*, project: Project, run: DiagnosisRun) -> QuerySet:
+    """Each insight's figures in one run (one row per insight that occurred in it; "other" buckets left out)."""
+    return (InsightOccurrence.objects.filter(run=run, insight__project=project, insight__is_other=False)
+            .select_related("insight"))

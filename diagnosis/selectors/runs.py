@@ -1,0 +1,134 @@
+"""Diagnosis runs: one, the list, a run's summary, the newest, the judges' spend, and the runs CI can reuse."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from django.db.models import Count, QuerySet, Sum
+
+from clear.projects.models import Project
+from diagnosis.errors import DiagnosisRunNotFoundError
+from diagnosis.models import DiagnosisRun, Feedback
+from diagnosis.selectors.feedback import feedback_failing_list
+from traces.models import Trace
+
+
+def diagnosis_run_list(*, project: Project) -> QuerySet[DiagnosisRun]:
+    return DiagnosisRun.objects.filter(project=project).order_by("-created_at")
+
+
+def diagnosis_run_get(*, project: Project, run_id) -> DiagnosisRun:
+    try:
+        run = DiagnosisRun.objects.filter(project=project, pk=run_id).first()
+    except (ValueError, TypeError):  # not a UUID
+        run = None
+    if run is None:
+        raise DiagnosisRunNotFoundError(f"No diagnosis run {run_id} in this project")
+    return run
+
+
+@dataclass
+class RunSummary:
+    traces_total: int
+    traces_judged: int
+    traces_skipped: int
+    feedback_by_status: dict[str, int] = field(default_factory=dict)
+    failing_by_judge: dict[str, int] = field(default_factory=dict)
+    failing_traces: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost: float = 0.0
+    errors: int = 0
+    dropped_evidence: int = 0
+    contrastive: dict | None = None  # the run-level contrastive judge's report: status, reason, findings
+
+
+def diagnosis_run_summary(*, project: Project, run: DiagnosisRun) -> RunSummary:
+    feedback = Feedback.objects.filter(project=project, run=run)
+    by_status = dict(Counter(dict(feedback.values_list("status").annotate(n=Count("pk")).values_list("status", "n"))))
+    failing = feedback.filter(verdict=Feedback.Verdict.FAIL)
+    by_judge = dict(failing.values_list("judge").annotate(n=Count("pk")).order_by("-n", "judge")
+                    .values_list("judge", "n"))
+    return RunSummary(
+        traces_total=run.total_count, traces_judged=run.done_count, traces_skipped=run.skipped_count,
+        feedback_by_status=by_status, failing_by_judge=by_judge,
+        failing_traces=failing.values("trace_id").distinct().count(),
+        input_tokens=run.input_tokens, output_tokens=run.output_tokens, cost=run.cost, errors=run.error_count,
+        dropped_evidence=run.dropped_evidence, contrastive=(run.config or {}).get("contrastive"),
+    )
+
+
+
+
+def diagnosis_run_latest(*, project: Project) -> DiagnosisRun | None:
+    return DiagnosisRun.objects.filter(project=project).order_by("-created_at").first()
+
+
+def diagnosis_run_list_with_insights(*, project: Project, limit: int = 50) -> list[DiagnosisRun]:
+    """Runs whose insights were built, newest first."""
+    return list(DiagnosisRun.objects.filter(project=project, insights_status="done").order_by("-created_at")[:limit])
+
+
+@dataclass(frozen=True)
+class JudgeSpend:
+    runs: int
+    cost: float
+    input_tokens: int
+    output_tokens: int
+    feedback_failing: int
+
+    @property
+    def tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
+def diagnosis_run_spend(*, project: Project) -> JudgeSpend:
+    """What the project's runs cost (tokens, money) and found (failing verdicts nobody marked wrong)."""
+    totals = DiagnosisRun.objects.filter(project=project).aggregate(
+        runs=Count("pk"), cost=Sum("cost"), input_tokens=Sum("input_tokens"), output_tokens=Sum("output_tokens"))
+    failing = feedback_failing_list(project=project).count()
+    return JudgeSpend(runs=totals["runs"] or 0, cost=totals["cost"] or 0.0, input_tokens=totals["input_tokens"] or 0,
+                      output_tokens=totals["output_tokens"] or 0, feedback_failing=failing)
+
+
+# --- runs for CI: reuse and the latest run of a release ---------------------------------------------------------
+
+
+def diagnosis_run_reusable(*, project: Project, release: str, judges: list[str] | None, model: str = "",
+                           rubric_ids: list[int] | str = "all") -> DiagnosisRun | None:
+    """A run a CI job can use instead of starting another: the newest queued, running or succeeded run over exactly
+    `release` (no other filter, no sampling) with the same judge configuration (judges as resolved at creation,
+    model, rubrics), whose insights did not fail to build. A succeeded run is only reused when no trace of the
+    release was received after it was created (those traces would go unjudged)."""
+    from diagnosis import conf
+    from diagnosis.services.runs import judges_resolve
+    from diagnosis.services.judging import LLM_JUDGES
+
+    resolved_model = model or conf.judge_model()
+    resolved = judges_resolve(judges=judges, model=resolved_model)
+    stored_model = resolved_model if any(n in LLM_JUDGES for n in resolved) else model
+    wanted_rubrics = "all" if rubric_ids == "all" else sorted(rubric_ids)
+    candidates = (DiagnosisRun.objects
+                  .filter(project=project, continuous=False, release=release, since=None, until=None, outcome="",
+                          node="", sample_rate=1.0,
+                          status__in=[DiagnosisRun.Status.QUEUED, DiagnosisRun.Status.RUNNING,
+                                      DiagnosisRun.Status.SUCCEEDED])
+                  .exclude(insights_status="failed").order_by("-created_at"))
+    for run in candidates[:50]:
+        if run.tags or run.trace_ids or run.judges != resolved or run.model != stored_model:
+            continue
+        if (run.rubric_ids if run.rubric_ids == "all" else sorted(run.rubric_ids or [])) != wanted_rubrics:
+            continue
+        if run.status == DiagnosisRun.Status.SUCCEEDED and Trace.objects.filter(
+                project=project, release=release, last_received_at__gt=run.created_at).exists():
+            continue
+        return run
+    return None
+
+
+def diagnosis_run_latest_finished(*, project: Project, release: str) -> DiagnosisRun | None:
+    """The newest run over `release` that judged all its traces (succeeded; continuous runs excluded)."""
+    return (DiagnosisRun.objects
+            .filter(project=project, continuous=False, release=release, status=DiagnosisRun.Status.SUCCEEDED)
+            .order_by("-finished_at", "-created_at").first())

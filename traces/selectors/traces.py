@@ -1,0 +1,264 @@
+"""Traces: one, the newest, the one filter every choice of traces goes through (the pages, the API, diagnosis runs),
+the distinct releases and nodes, and figures over the project's traces."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
+
+from django.db import connection
+from django.db.models import BooleanField, Count, Exists, Max, Min, OuterRef, Q, QuerySet, Sum
+from django.db.models.expressions import RawSQL
+from django.db.models.functions import Trunc
+
+from clear.db import postgres_fast_path
+from clear.projects.models import Project
+from traces.models import Span, Trace
+
+NO_RELEASE = "(none)"  # how lists and filters name "sent without a release"
+
+
+def trace_list(*, project: Project, release: str | None = None, outcome: str | None = None) -> QuerySet[Trace]:
+    traces = Trace.objects.filter(project=project)
+    if release:
+        traces = traces.filter(release=release)
+    if outcome:
+        traces = traces.filter(outcome=outcome)
+    return traces.order_by("-start_time", "-pk")
+
+
+def trace_get(*, project: Project, trace_id: str) -> Trace | None:
+    return Trace.objects.filter(project=project, trace_id=trace_id.lower()).first()
+
+
+def span_list_for_trace(*, project: Project, trace: Trace) -> QuerySet[Span]:
+    return Span.objects.filter(project=project, trace=trace).order_by("start_time", "pk")
+
+
+# --- the trace filter -----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TraceFilter:
+    """Which traces a list, an API page or a diagnosis run covers; an empty field does not filter."""
+
+    release: str | None = None  # "" (not None): the traces sent without a release; see release_filter_value
+    outcome: str = ""  # success | failure | unknown (none recorded)
+    node: str = ""  # traces with a span of this node
+    q: str = ""  # the name or task id contains it, or the trace id starts with it
+    since: datetime | None = None  # started at or after
+    until: datetime | None = None  # started before
+    task_id: str = ""
+    trace_ids: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()  # traces with every one of these tags
+
+    @property
+    def active(self) -> bool:
+        return self.release is not None or any((self.outcome, self.node, self.q, self.since, self.until,
+                                                self.task_id, self.trace_ids, self.tags))
+
+
+def release_filter_value(label: str) -> str | None:
+    """TraceFilter.release for a release as the lists name it: "" (any release) → None, NO_RELEASE → ""."""
+    if not label:
+        return None
+    return "" if label == NO_RELEASE else label
+
+
+def trace_list_filtered(*, project: Project, filters: TraceFilter) -> QuerySet[Trace]:
+    """The project's traces that match `filters`, unordered (the caller orders, or pages by keyset)."""
+    traces = Trace.objects.filter(project=project)
+    if filters.release is not None:
+        traces = traces.filter(release=filters.release)
+    if filters.outcome == "unknown":
+        traces = traces.filter(outcome__isnull=True)
+    elif filters.outcome:
+        traces = traces.filter(outcome=filters.outcome)
+    if filters.node:
+        traces = traces.filter(Exists(Span.objects.filter(trace=OuterRef("pk"), node=filters.node)))
+    if filters.q:
+        text = filters.q.strip()
+        traces = traces.filter(Q(name__icontains=text) | Q(task_id__icontains=text)
+                               | Q(trace_id__startswith=text.lower()))
+    if filters.since:
+        traces = traces.filter(start_time__gte=filters.since)
+    if filters.until:
+        traces = traces.filter(start_time__lt=filters.until)
+    if filters.task_id:
+        traces = traces.filter(task_id=filters.task_id)
+    if filters.trace_ids:
+        traces = traces.filter(trace_id__in=filters.trace_ids)
+    if filters.tags:
+        traces = _with_tags(traces, tags=filters.tags)
+    return traces
+
+
+def _with_tags(traces: QuerySet[Trace], *, tags: tuple[str, ...]) -> QuerySet[Trace]:
+    """Traces with every one of `tags`: JSON containment where the database has it (Postgres), else (SQLite) one
+    json_each probe of the tags array per tag. A capability, not a fast path: each database has only one form."""
+    if connection.features.supports_json_field_contains:
+        return traces.filter(tags__contains=list(tags))
+    table, column = Trace._meta.db_table, Trace._meta.get_field("tags").column
+    for tag in dict.fromkeys(tags):
+        traces = traces.filter(RawSQL(f'EXISTS (SELECT 1 FROM json_each("{table}"."{column}") AS tag '
+                                      "WHERE tag.value = %s)", (tag,), output_field=BooleanField()))
+    return traces
+
+
+# --- distinct releases and nodes ------------------------------------------------------------------------------------
+
+
+def _distinct_postgres(model, field: str, *, project: Project) -> list[str]:
+    """A "loose index scan" on the (project, field) index: one index probe per distinct value instead of reading
+    every row (1M spans → 9 nodes in a millisecond rather than a second)."""
+    table, column = model._meta.db_table, model._meta.get_field(field).column
+    project_col = model._meta.get_field("project").column
+    sql = (f"WITH RECURSIVE v(x) AS ((SELECT {column} FROM {table} WHERE {project_col} = %s ORDER BY {column} "
+           f"LIMIT 1) UNION ALL SELECT (SELECT {column} FROM {table} WHERE {project_col} = %s AND {column} > v.x "
+           f"ORDER BY {column} LIMIT 1) FROM v WHERE v.x IS NOT NULL) SELECT x FROM v WHERE x IS NOT NULL")
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [project.pk, project.pk])
+        return [row[0] for row in cursor.fetchall()]
+
+
+@postgres_fast_path(_distinct_postgres)
+def _distinct(model, field: str, *, project: Project) -> list[str]:
+    """The distinct values of a text column of the project's rows, in order (SQLite reads them off the
+    (project, field) index)."""
+    return list(model.objects.filter(project=project).exclude(**{f"{field}__isnull": True}).order_by(field)
+                .values_list(field, flat=True).distinct())
+
+
+def trace_release_list(*, project: Project) -> list[str]:
+    """The project's releases in order, NO_RELEASE for traces sent without one."""
+    return [r or NO_RELEASE for r in _distinct(Trace, "release", project=project)]
+
+
+def span_node_list(*, project: Project) -> list[str]:
+    return [n for n in _distinct(Span, "node", project=project) if n]
+
+
+# --- figures --------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReleaseStats:
+    release: str
+    traces: int
+    failures: int
+
+    @property
+    def failure_rate(self) -> float | None:
+        return self.failures / self.traces if self.traces else None
+
+
+@dataclass(frozen=True)
+class ProjectTraceStats:
+    traces: int
+    failures: int
+    successes: int
+    spans: int
+    input_tokens: int
+    output_tokens: int
+    releases: list[ReleaseStats]
+
+    @property
+    def failure_rate(self) -> float | None:
+        judged = self.failures + self.successes
+        return self.failures / judged if judged else None
+
+
+def trace_stats(*, project: Project) -> ProjectTraceStats:
+    totals = Trace.objects.filter(project=project).aggregate(
+        traces=Count("pk"),
+        failures=Count("pk", filter=Q(outcome=Trace.Outcome.FAILURE)),
+        successes=Count("pk", filter=Q(outcome=Trace.Outcome.SUCCESS)),
+        spans=Sum("span_count"),
+        input_tokens=Sum("input_tokens"),
+        output_tokens=Sum("output_tokens"),
+    )
+    releases = [
+        ReleaseStats(release=row["release"] or NO_RELEASE, traces=row["traces"], failures=row["failures"])
+        for row in Trace.objects.filter(project=project).values("release").annotate(
+            traces=Count("pk"), failures=Count("pk", filter=Q(outcome=Trace.Outcome.FAILURE))
+        ).order_by("release")
+    ]
+    return ProjectTraceStats(
+        traces=totals["traces"] or 0, failures=totals["failures"] or 0, successes=totals["successes"] or 0,
+        spans=totals["spans"] or 0, input_tokens=totals["input_tokens"] or 0,
+        output_tokens=totals["output_tokens"] or 0, releases=releases,
+    )
+
+
+def release_first_received(*, project: Project, releases: list[str]) -> dict[str, datetime]:
+    """When Clear first received a trace of each release ({release: datetime}); releases with no trace are absent."""
+    rows = (Trace.objects.filter(project=project, release__in=releases).values("release")
+            .annotate(first=Min("first_received_at")))
+    return {row["release"]: row["first"] for row in rows}
+
+
+@dataclass
+class VolumeBucket:
+    start: datetime
+    total: int = 0
+    failures: int = 0
+    successes: int = 0
+
+    @property
+    def judged(self) -> int:
+        return self.failures + self.successes
+
+    @property
+    def failure_rate(self) -> float | None:
+        return self.failures / self.judged if self.judged else None
+
+
+@dataclass
+class VolumeSeries:
+    unit: str  # minute | hour | day | week
+    buckets: list[VolumeBucket] = field(default_factory=list)
+
+
+_UNITS = (("minute", timedelta(minutes=1)), ("hour", timedelta(hours=1)), ("day", timedelta(days=1)),
+          ("week", timedelta(weeks=1)))
+_MAX_BUCKETS = 96
+_SERIES_WINDOW = timedelta(days=120)
+
+
+def _floor(moment: datetime, unit: str) -> datetime:
+    moment = moment.astimezone(dt_timezone.utc)
+    if unit == "minute":
+        return moment.replace(second=0, microsecond=0)
+    if unit == "hour":
+        return moment.replace(minute=0, second=0, microsecond=0)
+    day = moment.replace(hour=0, minute=0, second=0, microsecond=0)
+    return day - timedelta(days=day.weekday()) if unit == "week" else day
+
+
+def trace_volume_series(*, project: Project) -> VolumeSeries | None:
+    """Traces and failures per time bucket over the project's latest activity (up to 120 days before its newest
+    trace); the bucket is the smallest of minute/hour/day/week that keeps the chart under ~100 bars."""
+    traces = Trace.objects.filter(project=project, start_time__isnull=False)
+    bounds = traces.aggregate(lo=Min("start_time"), hi=Max("start_time"))
+    if bounds["hi"] is None:
+        return None
+    hi = bounds["hi"]
+    lo = max(bounds["lo"], hi - _SERIES_WINDOW)
+    unit, step = _UNITS[-1]
+    for candidate, delta in _UNITS:
+        if (hi - lo) / delta < _MAX_BUCKETS:
+            unit, step = candidate, delta
+            break
+    rows = (traces.filter(start_time__gte=lo).annotate(bucket=Trunc("start_time", unit, tzinfo=dt_timezone.utc))
+            .values("bucket").annotate(total=Count("pk"), failures=Count("pk", filter=Q(outcome="failure")),
+                                       successes=Count("pk", filter=Q(outcome="success"))).order_by("bucket"))
+    found = {_floor(r["bucket"], unit): r for r in rows}
+    series = VolumeSeries(unit=unit)
+    moment, end = _floor(lo, unit), _floor(hi, unit)
+    while moment <= end:
+        row = found.get(moment) or {}
+        series.buckets.append(VolumeBucket(start=moment, total=row.get("total", 0),
+                                           failures=row.get("failures", 0), successes=row.get("successes", 0)))
+        moment += step
+    return series
