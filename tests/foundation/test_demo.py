@@ -286,14 +286,17 @@ def test_readme_names_the_insights_the_demo_shows(demo, page):
 
 
 def test_readme_evolve_walk_through_uses_the_names_the_pages_use():
-    from evolution.models import JobState
-    from frontend.views_evolution import MODE_LABELS, support_desk_fixtures
+    from evolution.models import EvolutionTarget, JobState
+    from evolution.selectors import evolution_target_scripted_fixtures
+    from examples.support_desk.target_repo import EVOLUTION_CONFIG
+    from frontend.views_evolution import MODE_LABELS
 
     text = " ".join(_README.split("**Evolve in the demo.**", 1)[1].split("\n\n", 1)[0].split())
     states = set(re.findall(r"\b[A-Z][A-Z_]{3,}\b", text)) - {"CLEAR_INSIGHT_FIXED_BELOW"}
     assert states and states - {"PROMOTE_ELIGIBLE"} <= set(JobState.values), states
     assert "PROMOTE_ELIGIBLE" in (ROOT / "frontend/templates/frontend/_evolution_verdict.html").read_text()
-    assert any(f'"{label}"' in text for _, label in support_desk_fixtures()), text
+    desk = EvolutionTarget(name="support_desk", config=EVOLUTION_CONFIG)  # as scripts/demo.sh registers it
+    assert any(f'"{label}"' in text for _, label in evolution_target_scripted_fixtures(target=desk)), text
     assert f'"{MODE_LABELS["hot_swap"].split(" (")[0]}"' in text
     job_page = (ROOT / "frontend/templates/frontend/evolution_job.html").read_text()
     assert "**Approve and hot-swap**" in text and "Approve and {% if mode == \"hot_swap\" %}hot-swap" in job_page
