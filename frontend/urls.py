@@ -1,7 +1,10 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from frontend import views, views_evolution, views_insights, views_runs, views_settings, views_tracker, views_traces
+from frontend import (
+    views, views_evolution, views_evolution_targets, views_insights, views_runs, views_settings, views_tracker,
+    views_traces,
+)
 
 app_name = "frontend"
 
@@ -46,10 +49,11 @@ urlpatterns = [
          name="evolution-job-merged"),
     path("p/<slug:slug>/evolution/jobs/<int:job_id>/artifacts/<int:artifact_id>/", views_evolution.job_artifact,
          name="evolution-artifact"),
-    path("p/<slug:slug>/evolution/targets/", views_evolution.targets, name="evolution-targets"),
-    path("p/<slug:slug>/evolution/targets/<int:target_id>/", views_evolution.target_edit, name="evolution-target"),
-    path("p/<slug:slug>/evolution/releases/", views_evolution.releases, name="evolution-releases"),
-    path("p/<slug:slug>/evolution/releases/<int:target_id>/rollback/", views_evolution.release_rollback,
+    path("p/<slug:slug>/evolution/targets/", views_evolution_targets.targets, name="evolution-targets"),
+    path("p/<slug:slug>/evolution/targets/<int:target_id>/", views_evolution_targets.target_edit,
+         name="evolution-target"),
+    path("p/<slug:slug>/evolution/releases/", views_evolution_targets.releases, name="evolution-releases"),
+    path("p/<slug:slug>/evolution/releases/<int:target_id>/rollback/", views_evolution_targets.release_rollback,
          name="evolution-release-rollback"),
     path("p/<slug:slug>/settings/api-keys/", views.api_keys, name="api-keys"),
     path("p/<slug:slug>/settings/api-keys/create/", views.api_key_create_view, name="api-key-create"),

@@ -1,5 +1,6 @@
 """Evolution pages: the Evolve form (from an insight or a ticket), the jobs list, a job's page (stage timeline, live
-status, plan and reviews, diff, gates, per-task scores, verdict, approve / discard), targets and release history.
+status, plan and reviews, diff, gates, per-task scores, verdict, approve / discard). Targets and release history:
+views_evolution_targets.py.
 
 Reads go through `evolution.selectors`, writes through `evolution.services` (a ClearError's message is shown as it
 is). Plans, reviews and diffs are model output: they are only ever auto-escaped by the templates.
@@ -20,7 +21,7 @@ from clear.errors import ClearError, NotFoundError
 from clear.projects.models import Project
 from diagnosis.selectors import insight_get
 from diagnosis.tickets.selectors import ticket_get
-from evolution.apis import artifact_response
+from evolution.apis.jobs import artifact_response
 from evolution.backends import BACKENDS
 from evolution.models import TERMINAL_STATES, EvolutionJob, JobState
 from evolution.selectors import (
@@ -31,21 +32,17 @@ from evolution.selectors import (
     evolution_job_list,
     evolution_job_review,
     evolution_job_stage_runs,
-    evolution_target_by_id,
     evolution_target_list,
-    evolution_target_releases,
     evolution_target_scripted_fixtures,
 )
-from evolution.services import evolution_job_cancel, evolution_target_update
+from evolution.services import evolution_job_cancel
 from evolution.services.api_actions import (
     MODES,
     evolution_job_approve,
     evolution_job_create,
     evolution_job_reject,
-    evolution_target_register,
     job_mode,
 )
-from evolution.services.hot_swap import release_rollback_to_previous
 from evolution.services.watch import evolution_job_mark_merged
 from evolution.services.workspace import artifact_read
 from frontend.pagination import keyset_page
@@ -62,7 +59,8 @@ DEPTH_LABELS = {"shallow": "shallow — up to 2 iterations, 1 review round",
                 "deep": "deep — up to 5 iterations, 3 review rounds"}
 
 
-def _or_404(call, **kwargs):
+def or_404(call, **kwargs):
+    """The selector's answer, its NotFoundError a 404."""
     try:
         return call(**kwargs)
     except NotFoundError as exc:
@@ -114,12 +112,12 @@ def _evolve_subject(project: Project, request: HttpRequest):
     source = request.POST if request.method == "POST" else request.GET
     ticket = None
     if source.get("ticket", "").isdigit():
-        ticket = _or_404(ticket_get, project=project, ticket_id=int(source["ticket"]))
+        ticket = or_404(ticket_get, project=project, ticket_id=int(source["ticket"]))
         if ticket.insight_id is None:
             raise Http404("This ticket has no insight to fix")
-        return _or_404(insight_get, project=project, insight_id=ticket.insight_id), ticket
+        return or_404(insight_get, project=project, insight_id=ticket.insight_id), ticket
     if source.get("insight", "").isdigit():
-        return _or_404(insight_get, project=project, insight_id=int(source["insight"])), None
+        return or_404(insight_get, project=project, insight_id=int(source["insight"])), None
     raise Http404("Evolve needs an insight or a ticket")
 
 
@@ -257,7 +255,7 @@ def diff_lines(text: str) -> tuple[list[tuple[str, str]], bool]:
 @login_required
 def job_detail(request: HttpRequest, slug: str, job_id: int) -> HttpResponse:
     project = project_for(request, slug)
-    job = _or_404(evolution_job_get, project=project, job_id=job_id)
+    job = or_404(evolution_job_get, project=project, job_id=job_id)
     reviews = evolution_job_review(project=project, job=job)
     by_n = {r.iteration.n: r for r in reviews}
     wanted = request.GET.get("iteration", "")
@@ -294,12 +292,12 @@ def job_detail(request: HttpRequest, slug: str, job_id: int) -> HttpResponse:
 @login_required
 def job_status(request: HttpRequest, slug: str, job_id: int) -> JsonResponse:
     project = project_for(request, slug)
-    return JsonResponse(job_status_data(_or_404(evolution_job_get, project=project, job_id=job_id)))
+    return JsonResponse(job_status_data(or_404(evolution_job_get, project=project, job_id=job_id)))
 
 
 def _job_action(request: HttpRequest, slug: str, job_id: int, action) -> HttpResponse:
     project = project_for(request, slug)
-    job = _or_404(evolution_job_get, project=project, job_id=job_id)
+    job = or_404(evolution_job_get, project=project, job_id=job_id)
     try:
         text = action(job)
     except ClearError as exc:
@@ -348,117 +346,6 @@ def job_merged(request: HttpRequest, slug: str, job_id: int) -> HttpResponse:
 @login_required
 def job_artifact(request: HttpRequest, slug: str, job_id: int, artifact_id: int) -> HttpResponse:
     project = project_for(request, slug)
-    job = _or_404(evolution_job_get, project=project, job_id=job_id)
-    artifact = _or_404(evolution_artifact_get, project=project, job=job, artifact_id=artifact_id)
-    return _or_404(artifact_response, job=job, artifact=artifact)
-
-
-# --- targets and releases -------------------------------------------------------------------------------------------
-
-def _config_from(text: str, errors: dict) -> dict | None:
-    text = text.strip()
-    if not text:
-        return None
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        errors["config"] = f"not valid JSON: {exc}"
-        return None
-    if not isinstance(value, dict):
-        errors["config"] = "must be a JSON object"
-    return value
-
-
-def _target_save(request: HttpRequest, project: Project, target=None) -> tuple[object | None, dict]:
-    """Register (target None) or edit a target from the POSTed form; the errors by field when it is refused."""
-    post, errors = request.POST, {}
-    config = _config_from(post.get("config", ""), errors)
-    if target is not None and config is None and "config" not in errors:
-        errors["config"] = "give the config as a JSON object"
-    if errors:
-        return None, errors
-    try:
-        if target is None:
-            saved = evolution_target_register(
-                project=project, name=post.get("name", ""), source=post.get("source", ""), config=config,
-                default_branch=post.get("default_branch", ""), push_url=post.get("push_url", ""),
-                created_by=request.user)
-        else:
-            saved = evolution_target_update(target=target, config=config, source=post.get("source", target.source),
-                                            push_url=post.get("push_url", ""),
-                                            default_branch=post.get("default_branch", ""))
-    except ClearError as exc:
-        fields = dict(exc.extra.get("fields") or {}) or {"": exc.message}
-        return None, {"message": exc.message, **{k: str(v) for k, v in fields.items()}}
-    return saved, {}
-
-
-def _target_errors(errors: dict) -> dict:
-    """Bad config fields (e.g. `diff_budget.max_files`) listed under the config; the others under their input."""
-    form_fields = {"name", "source", "default_branch", "push_url"}
-    return {"message": errors.get("message", ""),
-            "fields": {k: v for k, v in errors.items() if k in form_fields},
-            "config": [(k, v) for k, v in errors.items() if k not in form_fields and k != "message"]}
-
-
-@login_required
-def targets(request: HttpRequest, slug: str) -> HttpResponse:
-    project = project_for(request, slug)
-    errors, status = {}, 200
-    if request.method == "POST":
-        saved, errors = _target_save(request, project)
-        if saved is not None:
-            messages.success(request, f"Target {saved.name} registered.")
-            return redirect("frontend:evolution-targets", slug=project.slug)
-        status = 400
-    context = {"project": project, "nav": "evolution", "targets": list(evolution_target_list(project=project)),
-               "errors": _target_errors(errors), "values": request.POST if errors else {}}
-    return render(request, "frontend/evolution_targets.html", context, status=status)
-
-
-@login_required
-def target_edit(request: HttpRequest, slug: str, target_id: int) -> HttpResponse:
-    project = project_for(request, slug)
-    target = _or_404(evolution_target_by_id, project=project, target_id=target_id)
-    errors, status = {}, 200
-    if request.method == "POST":
-        saved, errors = _target_save(request, project, target)
-        if saved is not None:
-            messages.success(request, f"Target {saved.name} saved.")
-            return redirect("frontend:evolution-target", slug=project.slug, target_id=target.pk)
-        status = 400
-        target.refresh_from_db()
-    config_text = request.POST.get("config") if errors else json.dumps(target.config, indent=2)
-    context = {"project": project, "nav": "evolution", "target": target, "config_text": config_text,
-               "errors": _target_errors(errors), "values": request.POST if errors else {},
-               "jobs": list(evolution_job_list(project=project, target=target)[:10])}
-    return render(request, "frontend/evolution_target.html", context, status=status)
-
-
-@login_required
-def releases(request: HttpRequest, slug: str) -> HttpResponse:
-    project = project_for(request, slug)
-    rows = [{"target": t, "releases": evolution_target_releases(project=project, target=t)}
-            for t in evolution_target_list(project=project)]
-    context = {"project": project, "nav": "evolution", "rows": rows}
-    return render(request, "frontend/evolution_releases.html", context)
-
-
-@login_required
-@require_POST
-def release_rollback(request: HttpRequest, slug: str, target_id: int) -> HttpResponse:
-    project = project_for(request, slug)
-    target = _or_404(evolution_target_by_id, project=project, target_id=target_id)
-    try:
-        result = release_rollback_to_previous(target=target, user=request.user,
-                                              to_release=request.POST.get("to_release", "").strip())
-    except ClearError as exc:
-        messages.error(request, exc.message)
-    else:
-        if str(result.outcome) == "rolled_back":
-            messages.success(request, f"{target.name}: rolled back to {result.active_release}, which passed its "
-                                      "health check.")
-        else:
-            messages.error(request, f"{target.name}: the rollback to {result.rollback_to or '?'} ended "
-                                    f"{result.outcome} ({result.reason}): {result.detail}")
-    return redirect("frontend:evolution-releases", slug=project.slug)
+    job = or_404(evolution_job_get, project=project, job_id=job_id)
+    artifact = or_404(evolution_artifact_get, project=project, job=job, artifact_id=artifact_id)
+    return or_404(artifact_response, job=job, artifact=artifact)

@@ -1,10 +1,5 @@
-"""REST API of evolution under /api/v1/evolution/ (project API keys): targets (agent repositories and their
-config), jobs (start for an insight or ticket, list, follow, cancel, approve or discard the candidate) and the
-artifacts a job's stages wrote.
-
-One class per operation: look objects up in the key's project (another project's id is a 404), validate the body,
-call the service, serialize. Approvals made with an API key are recorded as the key owner's.
-"""
+"""/api/v1/evolution/jobs/: start, list and follow jobs, cancel, approve or discard the candidate, mark the PR merged,
+download an artifact."""
 
 from __future__ import annotations
 
@@ -16,12 +11,12 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from clear.api.base import ProjectApi
-from clear.api.fields import POSTGRES_BIGINT_MAX, json_storable
+from clear.api.fields import json_storable
 from clear.api.pagination import PAGINATION_PARAMETERS, page_body, paginate, paginated
 from clear.errors import ClearError, NotFoundError
-from clear.projects.authentication import ProjectKeyUser
 from diagnosis.selectors import insight_get
 from diagnosis.tickets.selectors import ticket_get
+from evolution.apis.common import CONFLICT, ID, body_valid, request_actor, request_actor_name
 from evolution.models import EvolutionJob, JobState
 from evolution.selectors import (
     evolution_artifact_get,
@@ -32,8 +27,6 @@ from evolution.selectors import (
     evolution_job_review,
     evolution_job_stage_runs,
     evolution_target_by_id,
-    evolution_target_list,
-    evolution_target_releases,
 )
 from evolution.serializers import (
     ArtifactSerializer,
@@ -41,175 +34,13 @@ from evolution.serializers import (
     IterationSerializer,
     JobOutputSerializer,
     StageRunSerializer,
-    TargetOutputSerializer,
     iterations_data,
 )
-from evolution.services import evolution_job_cancel, evolution_target_update
-from evolution.services.api_actions import (
-    MODES,
-    evolution_job_approve,
-    evolution_job_create,
-    evolution_job_reject,
-    evolution_target_delete,
-    evolution_target_register,
-)
-from evolution.services.hot_swap import release_rollback_to_previous
+from evolution.services import evolution_job_cancel
+from evolution.services.api_actions import MODES, evolution_job_approve, evolution_job_create, evolution_job_reject
 from evolution.services.watch import evolution_job_mark_merged
 from evolution.services.workspace import artifact_read
 
-ID = {"min_value": 1, "max_value": POSTGRES_BIGINT_MAX}
-CONFLICT = OpenApiResponse(description="the job is not in a state that allows this")
-
-
-def _valid(serializer_class, request: Request, **kwargs) -> dict:
-    data = serializer_class(data=request.data, **kwargs)
-    data.is_valid(raise_exception=True)
-    return dict(data.validated_data)
-
-
-def _actor(request: Request) -> dict:
-    """Who acts: {"user": ...} for a session, {"api_key": ...} for a project key."""
-    if isinstance(request.user, ProjectKeyUser):
-        return {"api_key": request.user.api_key}
-    return {"user": request.user}
-
-
-def _actor_name(request: Request) -> str:
-    who = _actor(request)
-    return f"api_key:{who['api_key'].pk}" if "api_key" in who else f"user:{who['user'].pk}"
-
-
-# --- targets -------------------------------------------------------------------------------------------------------
-
-class TargetInputSerializer(serializers.Serializer):
-    name = serializers.CharField(max_length=200)
-    source = serializers.CharField(max_length=1000, help_text="a local repository path or a git URL")
-    config = serializers.JSONField(required=False, allow_null=True, default=None, validators=[json_storable],
-                                   help_text="the evolution config; omitted: the repository's evolution.json")
-    default_branch = serializers.CharField(max_length=200, required=False, default="", allow_blank=True)
-    push_url = serializers.CharField(max_length=1000, required=False, default="", allow_blank=True,
-                                     help_text="where PR branches are pushed (default: the source)")
-
-
-class TargetListApi(ProjectApi):
-    """The project's evolution targets (agent repositories Clear may patch), by name."""
-
-    @extend_schema(operation_id="evolution_targets_list", parameters=PAGINATION_PARAMETERS,
-                   responses=paginated(TargetOutputSerializer, "PaginatedEvolutionTargetList"))
-    def get(self, request: Request) -> Response:
-        page = paginate(queryset=evolution_target_list(project=self.project(request)), request=request,
-                        ordering=("name", "pk"))
-        return Response(page_body(page=page, results=TargetOutputSerializer(page.rows, many=True).data))
-
-
-class TargetCreateApi(ProjectApi):
-    """Register a target. Its config is validated: 400 evolution_config_invalid with `extra.fields` naming every
-    bad field (e.g. `trial_command`, `diff_budget.max_files`); 409 target_exists for a taken name."""
-
-    @extend_schema(operation_id="evolution_targets_create", request=TargetInputSerializer,
-                   responses={201: TargetOutputSerializer, 409: OpenApiResponse(description="the name is taken")})
-    def post(self, request: Request) -> Response:
-        values = _valid(TargetInputSerializer, request)
-        target = evolution_target_register(project=self.project(request), created_by=_actor(request).get("user"),
-                                           **values)
-        return Response(TargetOutputSerializer(target).data, status=status.HTTP_201_CREATED)
-
-
-class TargetDetailApi(ProjectApi):
-    """One target."""
-
-    @extend_schema(operation_id="evolution_targets_retrieve", responses=TargetOutputSerializer)
-    def get(self, request: Request, target_id: int) -> Response:
-        target = evolution_target_by_id(project=self.project(request), target_id=target_id)
-        return Response(TargetOutputSerializer(target).data)
-
-
-class TargetUpdateApi(ProjectApi):
-    """Change a target's config, source, default branch or push URL (validated as on create); 400 target_busy
-    while it has an active job."""
-
-    class InputSerializer(serializers.Serializer):
-        source = serializers.CharField(max_length=1000, required=False)
-        config = serializers.JSONField(required=False, validators=[json_storable])
-        default_branch = serializers.CharField(max_length=200, required=False, allow_blank=True)
-        push_url = serializers.CharField(max_length=1000, required=False, allow_blank=True)
-
-    @extend_schema(operation_id="evolution_targets_partial_update", request=InputSerializer,
-                   responses=TargetOutputSerializer)
-    def patch(self, request: Request, target_id: int) -> Response:
-        target = evolution_target_by_id(project=self.project(request), target_id=target_id)
-        values = _valid(self.InputSerializer, request)
-        return Response(TargetOutputSerializer(evolution_target_update(target=target, **values)).data)
-
-
-class TargetDeleteApi(ProjectApi):
-    """Remove a target that never ran a job (409 target_has_jobs otherwise: its jobs' history stays)."""
-
-    @extend_schema(operation_id="evolution_targets_destroy",
-                   responses={204: None, 409: OpenApiResponse(description="the target has jobs")})
-    def delete(self, request: Request, target_id: int) -> Response:
-        evolution_target_delete(target=evolution_target_by_id(project=self.project(request), target_id=target_id))
-        return Response(status=status.HTTP_204_NO_CONTENT)
-
-
-class TargetReleasesApi(ProjectApi):
-    """A hot-swap target's releases as evolution/deploy records them on disk: what `current` points at, the
-    last-good release, a promotion in progress, the releases kept and every swap (newest first)."""
-
-    class OutputSerializer(serializers.Serializer):
-        target = inline_serializer(name="EvolutionTargetRef", fields={
-            "id": serializers.IntegerField(), "name": serializers.CharField()})
-        hot_swap = serializers.BooleanField(help_text="the target's config has a hot_swap section")
-        current = serializers.CharField(allow_null=True)
-        last_good = serializers.CharField(allow_null=True)
-        pending = serializers.DictField(allow_null=True, help_text="{release_id, rollback_to, started_at, reason}")
-        releases = serializers.ListField(child=serializers.DictField(),
-                                         help_text="[{release_id, staged_at, source, commit, status}]")
-        history = serializers.ListField(child=serializers.DictField(),
-                                        help_text="[{at, kind, from_release, to_release, reason, health}]")
-        error = serializers.CharField(help_text="why the record could not be read, if it could not")
-
-    @extend_schema(operation_id="evolution_targets_releases", responses=OutputSerializer)
-    def get(self, request: Request, target_id: int) -> Response:
-        project = self.project(request)
-        target = evolution_target_by_id(project=project, target_id=target_id)
-        record = evolution_target_releases(project=project, target=target)
-        state = record.state
-        return Response(self.OutputSerializer({
-            "target": {"id": target.pk, "name": target.name}, "hot_swap": record.hot_swap, "current": record.current, "error": record.error,
-            "last_good": state.last_good if state else None,
-            "pending": state.pending.to_dict() if state and state.pending else None,
-            "releases": [info.to_dict() for info in state.releases.values()] if state else [],
-            "history": [swap.to_dict() for swap in state.history] if state else [],
-        }).data)
-
-
-class TargetRollbackApi(ProjectApi):
-    """Swap a hot-swap target back to `to_release` (default: the most recent healthy release before the current
-    one), reload it and re-probe its health; answers when the health window has ended (the target's
-    hot_swap.health, 90 s at most by default). 409 while a job is deploying to the target."""
-
-    class InputSerializer(serializers.Serializer):
-        to_release = serializers.CharField(required=False, default="", allow_blank=True, max_length=200)
-
-    class OutputSerializer(serializers.Serializer):
-        outcome = serializers.CharField(help_text="rolled_back (current is the release asked for, healthy) or failed")
-        reason = serializers.CharField()
-        detail = serializers.CharField(allow_blank=True)
-        active_release = serializers.CharField(allow_null=True, help_text="what `current` points at now")
-        rollback_to = serializers.CharField(allow_null=True)
-
-    @extend_schema(operation_id="evolution_targets_rollback", request=InputSerializer,
-                   responses={200: OutputSerializer, 409: OpenApiResponse(description="a job is deploying")})
-    def post(self, request: Request, target_id: int) -> Response:
-        target = evolution_target_by_id(project=self.project(request), target_id=target_id)
-        values = _valid(self.InputSerializer, request)
-        result = release_rollback_to_previous(target=target, to_release=values["to_release"],
-                                              actor=_actor_name(request))
-        return Response(self.OutputSerializer(result.to_dict()).data)
-
-
-# --- jobs ----------------------------------------------------------------------------------------------------------
 
 class JobListApi(ProjectApi):
     """The project's evolution jobs, newest first."""
@@ -273,7 +104,7 @@ class JobCreateApi(ProjectApi):
                               409: OpenApiResponse(description="target_busy: the target has an active job")})
     def post(self, request: Request) -> Response:
         project = self.project(request)
-        values = _valid(self.InputSerializer, request)
+        values = body_valid(self.InputSerializer, request)
         target = evolution_target_by_id(project=project, target_id=values["target"])
         ticket = ticket_get(project=project, ticket_id=values["ticket"]) if values["ticket"] else None
         if values["insight"]:
@@ -288,7 +119,7 @@ class JobCreateApi(ProjectApi):
             insight = insight_get(project=project, insight_id=ticket.insight_id)
         job = evolution_job_create(project=project, target=target, insight=insight, ticket=ticket,
                                    backend_name=values["backend"], backend_config=values["backend_config"],
-                                   depth=values["depth"], mode=values["mode"], created_by=_actor(request).get("user"))
+                                   depth=values["depth"], mode=values["mode"], created_by=request_actor(request).get("user"))
         job = evolution_job_get(project=project, job_id=job.pk)
         return Response(JobOutputSerializer(job).data, status=status.HTTP_201_CREATED)
 
@@ -347,7 +178,7 @@ class JobCancelApi(ProjectApi):
     def post(self, request: Request, job_id: int) -> Response:
         project = self.project(request)
         job = evolution_job_get(project=project, job_id=job_id)
-        evolution_job_cancel(job=job, actor=_actor_name(request))
+        evolution_job_cancel(job=job, actor=request_actor_name(request))
         return Response(JobOutputSerializer(evolution_job_get(project=project, job_id=job.pk)).data)
 
 
@@ -365,8 +196,8 @@ class JobApproveApi(ProjectApi):
     def post(self, request: Request, job_id: int) -> Response:
         project = self.project(request)
         job = evolution_job_get(project=project, job_id=job_id)
-        values = _valid(self.InputSerializer, request)
-        evolution_job_approve(job=job, patch_sha256=values["patch_sha256"], **_actor(request))
+        values = body_valid(self.InputSerializer, request)
+        evolution_job_approve(job=job, patch_sha256=values["patch_sha256"], **request_actor(request))
         return Response(JobOutputSerializer(evolution_job_get(project=project, job_id=job.pk)).data)
 
 
@@ -378,7 +209,7 @@ class JobDiscardApi(ProjectApi):
     def post(self, request: Request, job_id: int) -> Response:
         project = self.project(request)
         job = evolution_job_get(project=project, job_id=job_id)
-        evolution_job_reject(job=job, **_actor(request))
+        evolution_job_reject(job=job, **request_actor(request))
         return Response(JobOutputSerializer(evolution_job_get(project=project, job_id=job.pk)).data)
 
 
@@ -402,8 +233,8 @@ class JobMergedApi(ProjectApi):
                    responses={200: OutputSerializer, 409: CONFLICT})
     def post(self, request: Request, job_id: int) -> Response:
         job = evolution_job_get(project=self.project(request), job_id=job_id)
-        values = _valid(self.InputSerializer, request)
-        fix = evolution_job_mark_merged(job=job, user=_actor(request).get("user"), release=values["release"],
+        values = body_valid(self.InputSerializer, request)
+        fix = evolution_job_mark_merged(job=job, user=request_actor(request).get("user"), release=values["release"],
                                         commit=values["commit"])
         return Response(self.OutputSerializer(fix).data)
 

@@ -1,0 +1,147 @@
+"""/api/v1/evolution/targets/: register, list, change and remove targets; a hot-swap target's releases and rollback."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
+from rest_framework import serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from clear.api.base import ProjectApi
+from clear.api.fields import json_storable
+from clear.api.pagination import PAGINATION_PARAMETERS, page_body, paginate, paginated
+from evolution.apis.common import body_valid, request_actor, request_actor_name
+from evolution.selectors import evolution_target_by_id, evolution_target_list, evolution_target_releases
+from evolution.serializers import TargetOutputSerializer
+from evolution.services import evolution_target_update
+from evolution.services.api_actions import evolution_target_delete, evolution_target_register
+from evolution.services.hot_swap import release_rollback_to_previous
+
+
+class TargetInputSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=200)
+    source = serializers.CharField(max_length=1000, help_text="a local repository path or a git URL")
+    config = serializers.JSONField(required=False, allow_null=True, default=None, validators=[json_storable],
+                                   help_text="the evolution config; omitted: the repository's evolution.json")
+    default_branch = serializers.CharField(max_length=200, required=False, default="", allow_blank=True)
+    push_url = serializers.CharField(max_length=1000, required=False, default="", allow_blank=True,
+                                     help_text="where PR branches are pushed (default: the source)")
+
+
+class TargetListApi(ProjectApi):
+    """The project's evolution targets (agent repositories Clear may patch), by name."""
+
+    @extend_schema(operation_id="evolution_targets_list", parameters=PAGINATION_PARAMETERS,
+                   responses=paginated(TargetOutputSerializer, "PaginatedEvolutionTargetList"))
+    def get(self, request: Request) -> Response:
+        page = paginate(queryset=evolution_target_list(project=self.project(request)), request=request,
+                        ordering=("name", "pk"))
+        return Response(page_body(page=page, results=TargetOutputSerializer(page.rows, many=True).data))
+
+
+class TargetCreateApi(ProjectApi):
+    """Register a target. Its config is validated: 400 evolution_config_invalid with `extra.fields` naming every
+    bad field (e.g. `trial_command`, `diff_budget.max_files`); 409 target_exists for a taken name."""
+
+    @extend_schema(operation_id="evolution_targets_create", request=TargetInputSerializer,
+                   responses={201: TargetOutputSerializer, 409: OpenApiResponse(description="the name is taken")})
+    def post(self, request: Request) -> Response:
+        values = body_valid(TargetInputSerializer, request)
+        target = evolution_target_register(project=self.project(request), created_by=request_actor(request).get("user"),
+                                           **values)
+        return Response(TargetOutputSerializer(target).data, status=status.HTTP_201_CREATED)
+
+
+class TargetDetailApi(ProjectApi):
+    """One target."""
+
+    @extend_schema(operation_id="evolution_targets_retrieve", responses=TargetOutputSerializer)
+    def get(self, request: Request, target_id: int) -> Response:
+        target = evolution_target_by_id(project=self.project(request), target_id=target_id)
+        return Response(TargetOutputSerializer(target).data)
+
+
+class TargetUpdateApi(ProjectApi):
+    """Change a target's config, source, default branch or push URL (validated as on create); 400 target_busy
+    while it has an active job."""
+
+    class InputSerializer(serializers.Serializer):
+        source = serializers.CharField(max_length=1000, required=False)
+        config = serializers.JSONField(required=False, validators=[json_storable])
+        default_branch = serializers.CharField(max_length=200, required=False, allow_blank=True)
+        push_url = serializers.CharField(max_length=1000, required=False, allow_blank=True)
+
+    @extend_schema(operation_id="evolution_targets_partial_update", request=InputSerializer,
+                   responses=TargetOutputSerializer)
+    def patch(self, request: Request, target_id: int) -> Response:
+        target = evolution_target_by_id(project=self.project(request), target_id=target_id)
+        values = body_valid(self.InputSerializer, request)
+        return Response(TargetOutputSerializer(evolution_target_update(target=target, **values)).data)
+
+
+class TargetDeleteApi(ProjectApi):
+    """Remove a target that never ran a job (409 target_has_jobs otherwise: its jobs' history stays)."""
+
+    @extend_schema(operation_id="evolution_targets_destroy",
+                   responses={204: None, 409: OpenApiResponse(description="the target has jobs")})
+    def delete(self, request: Request, target_id: int) -> Response:
+        evolution_target_delete(target=evolution_target_by_id(project=self.project(request), target_id=target_id))
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class TargetReleasesApi(ProjectApi):
+    """A hot-swap target's releases as evolution/deploy records them on disk: what `current` points at, the
+    last-good release, a promotion in progress, the releases kept and every swap (newest first)."""
+
+    class OutputSerializer(serializers.Serializer):
+        target = inline_serializer(name="EvolutionTargetRef", fields={
+            "id": serializers.IntegerField(), "name": serializers.CharField()})
+        hot_swap = serializers.BooleanField(help_text="the target's config has a hot_swap section")
+        current = serializers.CharField(allow_null=True)
+        last_good = serializers.CharField(allow_null=True)
+        pending = serializers.DictField(allow_null=True, help_text="{release_id, rollback_to, started_at, reason}")
+        releases = serializers.ListField(child=serializers.DictField(),
+                                         help_text="[{release_id, staged_at, source, commit, status}]")
+        history = serializers.ListField(child=serializers.DictField(),
+                                        help_text="[{at, kind, from_release, to_release, reason, health}]")
+        error = serializers.CharField(help_text="why the record could not be read, if it could not")
+
+    @extend_schema(operation_id="evolution_targets_releases", responses=OutputSerializer)
+    def get(self, request: Request, target_id: int) -> Response:
+        project = self.project(request)
+        target = evolution_target_by_id(project=project, target_id=target_id)
+        record = evolution_target_releases(project=project, target=target)
+        state = record.state
+        return Response(self.OutputSerializer({
+            "target": {"id": target.pk, "name": target.name}, "hot_swap": record.hot_swap, "current": record.current,
+            "error": record.error,
+            "last_good": state.last_good if state else None,
+            "pending": state.pending.to_dict() if state and state.pending else None,
+            "releases": [info.to_dict() for info in state.releases.values()] if state else [],
+            "history": [swap.to_dict() for swap in state.history] if state else [],
+        }).data)
+
+
+class TargetRollbackApi(ProjectApi):
+    """Swap a hot-swap target back to `to_release` (default: the most recent healthy release before the current
+    one), reload it and re-probe its health; answers when the health window has ended (the target's
+    hot_swap.health, 90 s at most by default). 409 while a job is deploying to the target."""
+
+    class InputSerializer(serializers.Serializer):
+        to_release = serializers.CharField(required=False, default="", allow_blank=True, max_length=200)
+
+    class OutputSerializer(serializers.Serializer):
+        outcome = serializers.CharField(help_text="rolled_back (current is the release asked for, healthy) or failed")
+        reason = serializers.CharField()
+        detail = serializers.CharField(allow_blank=True)
+        active_release = serializers.CharField(allow_null=True, help_text="what `current` points at now")
+        rollback_to = serializers.CharField(allow_null=True)
+
+    @extend_schema(operation_id="evolution_targets_rollback", request=InputSerializer,
+                   responses={200: OutputSerializer, 409: OpenApiResponse(description="a job is deploying")})
+    def post(self, request: Request, target_id: int) -> Response:
+        target = evolution_target_by_id(project=self.project(request), target_id=target_id)
+        values = body_valid(self.InputSerializer, request)
+        result = release_rollback_to_previous(target=target, to_release=values["to_release"],
+                                              actor=request_actor_name(request))
+        return Response(self.OutputSerializer(result.to_dict()).data)

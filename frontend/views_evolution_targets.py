@@ -1,0 +1,139 @@
+"""Evolution pages of targets and releases: register a target and edit its config (every bad field named), the
+hot-swap release history and one-click rollback.
+
+Reads go through `evolution.selectors`, writes through `evolution.services` (a ClearError's message is shown as it
+is).
+"""
+
+from __future__ import annotations
+
+import json
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from clear.errors import ClearError
+from clear.projects.models import Project
+from evolution.selectors import (
+    evolution_job_list,
+    evolution_target_by_id,
+    evolution_target_list,
+    evolution_target_releases,
+)
+from evolution.services import evolution_target_update
+from evolution.services.api_actions import evolution_target_register
+from evolution.services.hot_swap import release_rollback_to_previous
+from frontend.views import project_for
+from frontend.views_evolution import or_404
+
+
+def _config_from(text: str, errors: dict) -> dict | None:
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        errors["config"] = f"not valid JSON: {exc}"
+        return None
+    if not isinstance(value, dict):
+        errors["config"] = "must be a JSON object"
+    return value
+
+
+def _target_save(request: HttpRequest, project: Project, target=None) -> tuple[object | None, dict]:
+    """Register (target None) or edit a target from the POSTed form; the errors by field when it is refused."""
+    post, errors = request.POST, {}
+    config = _config_from(post.get("config", ""), errors)
+    if target is not None and config is None and "config" not in errors:
+        errors["config"] = "give the config as a JSON object"
+    if errors:
+        return None, errors
+    try:
+        if target is None:
+            saved = evolution_target_register(
+                project=project, name=post.get("name", ""), source=post.get("source", ""), config=config,
+                default_branch=post.get("default_branch", ""), push_url=post.get("push_url", ""),
+                created_by=request.user)
+        else:
+            saved = evolution_target_update(target=target, config=config, source=post.get("source", target.source),
+                                            push_url=post.get("push_url", ""),
+                                            default_branch=post.get("default_branch", ""))
+    except ClearError as exc:
+        fields = dict(exc.extra.get("fields") or {}) or {"": exc.message}
+        return None, {"message": exc.message, **{k: str(v) for k, v in fields.items()}}
+    return saved, {}
+
+
+def _target_errors(errors: dict) -> dict:
+    """Bad config fields (e.g. `diff_budget.max_files`) listed under the config; the others under their input."""
+    form_fields = {"name", "source", "default_branch", "push_url"}
+    return {"message": errors.get("message", ""),
+            "fields": {k: v for k, v in errors.items() if k in form_fields},
+            "config": [(k, v) for k, v in errors.items() if k not in form_fields and k != "message"]}
+
+
+@login_required
+def targets(request: HttpRequest, slug: str) -> HttpResponse:
+    project = project_for(request, slug)
+    errors, status = {}, 200
+    if request.method == "POST":
+        saved, errors = _target_save(request, project)
+        if saved is not None:
+            messages.success(request, f"Target {saved.name} registered.")
+            return redirect("frontend:evolution-targets", slug=project.slug)
+        status = 400
+    context = {"project": project, "nav": "evolution", "targets": list(evolution_target_list(project=project)),
+               "errors": _target_errors(errors), "values": request.POST if errors else {}}
+    return render(request, "frontend/evolution_targets.html", context, status=status)
+
+
+@login_required
+def target_edit(request: HttpRequest, slug: str, target_id: int) -> HttpResponse:
+    project = project_for(request, slug)
+    target = or_404(evolution_target_by_id, project=project, target_id=target_id)
+    errors, status = {}, 200
+    if request.method == "POST":
+        saved, errors = _target_save(request, project, target)
+        if saved is not None:
+            messages.success(request, f"Target {saved.name} saved.")
+            return redirect("frontend:evolution-target", slug=project.slug, target_id=target.pk)
+        status = 400
+        target.refresh_from_db()
+    config_text = request.POST.get("config") if errors else json.dumps(target.config, indent=2)
+    context = {"project": project, "nav": "evolution", "target": target, "config_text": config_text,
+               "errors": _target_errors(errors), "values": request.POST if errors else {},
+               "jobs": list(evolution_job_list(project=project, target=target)[:10])}
+    return render(request, "frontend/evolution_target.html", context, status=status)
+
+
+@login_required
+def releases(request: HttpRequest, slug: str) -> HttpResponse:
+    project = project_for(request, slug)
+    rows = [{"target": t, "releases": evolution_target_releases(project=project, target=t)}
+            for t in evolution_target_list(project=project)]
+    context = {"project": project, "nav": "evolution", "rows": rows}
+    return render(request, "frontend/evolution_releases.html", context)
+
+
+@login_required
+@require_POST
+def release_rollback(request: HttpRequest, slug: str, target_id: int) -> HttpResponse:
+    project = project_for(request, slug)
+    target = or_404(evolution_target_by_id, project=project, target_id=target_id)
+    try:
+        result = release_rollback_to_previous(target=target, user=request.user,
+                                              to_release=request.POST.get("to_release", "").strip())
+    except ClearError as exc:
+        messages.error(request, exc.message)
+    else:
+        if str(result.outcome) == "rolled_back":
+            messages.success(request, f"{target.name}: rolled back to {result.active_release}, which passed its "
+                                      "health check.")
+        else:
+            messages.error(request, f"{target.name}: the rollback to {result.rollback_to or '?'} ended "
+                                    f"{result.outcome} ({result.reason}): {result.detail}")
+    return redirect("frontend:evolution-releases", slug=project.slug)
