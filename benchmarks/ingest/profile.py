@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> None:
                     cpu_timings[name] = cpu_timings.get(name, 0.0) + time.process_time() - c
             return wrapper
 
-        import traces.services.outbox as outbox
+        import clear.outbox.services as outbox
 
         if args.redis:
             outbox.outbox_dispatch = timed("outbox dispatch (after commit)", outbox.outbox_dispatch)
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> None:
             if hasattr(ingest, name):
                 setattr(ingest, name, timed("span insert", getattr(ingest, name)))
         ingest.Span.objects.bulk_create = timed("span insert", ingest.Span.objects.bulk_create)
-        ingest.outbox_enqueue = timed("outbox", ingest.outbox_enqueue)
+        ingest.outbox_publish_keys = timed("outbox", ingest.outbox_publish_keys)
 
         profiler = cProfile.Profile() if args.cprofile else None
         decode_s = ingest_s = decode_cpu = 0.0

@@ -70,7 +70,8 @@ def outbox_publish(*, topic: str, data: dict, key: str = "", delay: timedelta = 
     OutboxItem.objects.bulk_create(
         [OutboxItem(topic=topic, key=key or uuid.uuid4().hex, payload=data, available_at=now + delay)],
         ignore_conflicts=True)
-    transaction.on_commit(lambda: _dispatch_after_commit(limit=1), robust=True)
+    # Facts are few (a run finished, a job moved): each goes out at once, not at the next sweep.
+    transaction.on_commit(lambda: _dispatch_after_commit(limit=1, throttled=False), robust=True)
 
 
 def outbox_publish_keys(*, topic: str, keys: list[str], delay: timedelta = READY_AHEAD) -> None:
@@ -97,10 +98,10 @@ def outbox_publish_keys(*, topic: str, keys: list[str], delay: timedelta = READY
     transaction.on_commit(lambda: _dispatch_after_commit(limit=len(keys) * 2), robust=True)
 
 
-def _dispatch_after_commit(*, limit: int) -> None:
+def _dispatch_after_commit(*, limit: int, throttled: bool = True) -> None:
     global _last_dispatch
     now = time.monotonic()
-    if now < _broker_down_until or now - _last_dispatch < settings.CLEAR_OUTBOX_DISPATCH_INTERVAL:
+    if now < _broker_down_until or (throttled and now - _last_dispatch < settings.CLEAR_OUTBOX_DISPATCH_INTERVAL):
         return
     _last_dispatch = now
     outbox_dispatch(limit=max(limit, _SWEEP_LIMIT), ready_only=False)
