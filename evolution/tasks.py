@@ -51,11 +51,3 @@ def evolution_janitor() -> dict:
     from evolution.services.janitor import janitor_run
 
     return janitor_run()
-
-
-@shared_task(name="evolution.insight_fixes_check", acks_late=True, ignore_result=True)
-def evolution_insight_fixes_check(run_id: str) -> list:
-    """A run's insights were built: check the promoted fixes still watched (closing the loop)."""
-    from evolution.services.watch import insight_fixes_check
-
-    return insight_fixes_check(run_id=run_id)
