@@ -13,15 +13,13 @@ def finalize_trace(trace_pk: str) -> None:
 
 
 @shared_task(name="traces.finalize_traces", acks_late=True, reject_on_worker_lost=True, ignore_result=True)
-def finalize_traces(facts: list[dict | str]) -> None:
+def finalize_traces(trace_pks: list[str]) -> None:
     """Subscribed to trace.finalize (settings.CLEAR_OUTBOX_SUBSCRIPTIONS): the traces of one outbox dispatch round
-    in one message. Plain trace keys are messages sent before the outbox moved to clear.outbox (finalize_trace
-    takes those of older releases still queued)."""
+    in one message (finalize_trace takes the messages of older releases still queued)."""
     from traces.services import trace_finalize
 
     failures = []
-    for fact in facts:
-        trace_pk = fact["key"] if isinstance(fact, dict) else fact
+    for trace_pk in trace_pks:
         try:
             trace_finalize(trace_pk=int(trace_pk))
         except Exception as exc:  # noqa: BLE001 - one trace's failure must not hold back the others of the round

@@ -48,7 +48,7 @@ def test_a_subscription_to_an_unknown_task_leaves_the_fact_pending(settings, dja
 @pytest.mark.django_db
 def test_a_topic_nobody_subscribes_to_is_marked_sent(django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=True):
-        outbox_publish(topic="thing.nobody.wants", data={}, delay=timedelta(0))
+        outbox_publish(topic="thing.nobody.wants", data={"n": 1}, delay=timedelta(0))
     assert OutboxItem.objects.get(topic="thing.nobody.wants").dispatched_at is not None
 
 

@@ -84,5 +84,5 @@ def test_ingestion_succeeds_with_redis_down_and_the_outbox_drains_later(issued_k
     assert len(messages) == 1
     headers = json.loads(messages[0])["headers"]
     assert headers["task"] == "traces.finalize_traces"
-    assert sorted(fact["key"] for fact in ast.literal_eval(headers["argsrepr"])[0]) == sorted(
+    assert sorted(ast.literal_eval(headers["argsrepr"])[0]) == sorted(
         str(pk) for pk in Trace.objects.filter(project=project).values_list("pk", flat=True))
