@@ -52,11 +52,12 @@ class OutboxSubscriberUnknownError(LookupError):
 
 
 def outbox_subscribers(*, topic: str) -> list[Task]:
-    """The Celery tasks subscribed to `topic` (settings.CLEAR_OUTBOX_SUBSCRIPTIONS), looked up by name."""
+    """The Celery tasks subscribed to `topic` (settings.CLEAR_OUTBOX_SUBSCRIPTIONS), looked up by name in this
+    process's registry (importing every app's task modules the first time: seconds, so the web processes send by
+    name instead, see _send)."""
     names = settings.CLEAR_OUTBOX_SUBSCRIPTIONS.get(topic, [])
     if any(name not in celery_app.tasks for name in names):
-        # A web process has imported no task module yet: the worker's autodiscovery, once.
-        celery_app.loader.import_default_modules()
+        celery_app.loader.import_default_modules()  # the worker's autodiscovery
     unknown = [name for name in names if name not in celery_app.tasks]
     if unknown:
         raise OutboxSubscriberUnknownError(f"CLEAR_OUTBOX_SUBSCRIPTIONS[{topic!r}] names unknown task(s) {unknown}")
@@ -115,14 +116,20 @@ def _dispatch_after_commit(*, limit: int, throttled: bool = True) -> None:
 def _send(topic: str, items: list[OutboxItem], producer) -> None:
     """One message per subscriber for many items: publishing costs ~0.3 ms of CPU in the web process (and some in
     Redis) per message, so one per trace per batch was a fifth of an ingestion request."""
-    tasks = outbox_subscribers(topic=topic)
-    if not tasks:
+    names = settings.CLEAR_OUTBOX_SUBSCRIPTIONS.get(topic, [])
+    if not names:
         return
     countdown = max(0.0, max((item.available_at - timezone.now()).total_seconds() for item in items))
     facts = [{"topic": topic, "key": item.key, "data": item.payload} if item.payload else item.key for item in items]
-    for task in tasks:
-        # retry=False: with the broker down, fail at once and leave the rows for the sweeper instead of blocking.
-        task.apply_async(args=[facts], countdown=countdown, retry=False, producer=producer)
+    if celery_app.conf.task_always_eager:  # no broker (tests): the tasks run here and now
+        for task in outbox_subscribers(topic=topic):
+            task.apply_async(args=[facts])
+        return
+    for name in names:
+        # By name: the sending process need not import the subscriber (tests/clear/test_outbox.py checks that every
+        # name is a registered task). retry=False: with the broker down, fail at once and leave the rows for the
+        # sweeper instead of blocking.
+        celery_app.send_task(name, args=[facts], countdown=countdown, retry=False, producer=producer)
 
 
 def outbox_dispatch(*, limit: int = _SWEEP_LIMIT, ready_only: bool = True) -> int:
