@@ -48,8 +48,15 @@ echo "==> lint-imports"
 echo "==> the whole suite on Postgres"
 CLEAR_TEST_DATABASE=postgres "$PY" -m pytest ${xdist[@]+"${xdist[@]}"} || status=$?
 sqlite_var="$(mktemp -d -t clear-test-sqlite.XXXXXX)"
-echo "==> pages, API, CLI and ingestion on SQLite (var dir $sqlite_var)"
-CLEAR_TEST_DATABASE=sqlite CLEAR_VAR_DIR="$sqlite_var" "$PY" -m pytest ${xdist[@]+"${xdist[@]}"} "${SQLITE_TESTS[@]}" \
-  || status=$?
+# Redis databases of their own (the Postgres pass's, minus the number of workers): a process the first pass left
+# behind (a worker of a killed xdist worker) must not take the second pass's tasks to a database that is gone.
+redis_base="${CLEAR_TEST_REDIS_URL%/*}"
+redis_db="${CLEAR_TEST_REDIS_URL##*/}"
+redis_dbs="${workers:-1}"; [ "$redis_dbs" != 0 ] || redis_dbs=1
+sqlite_redis_db=$(( redis_db - redis_dbs ))
+if [ "$sqlite_redis_db" -lt 0 ]; then sqlite_redis_db=$(( redis_db + redis_dbs )); fi
+echo "==> pages, API, CLI and ingestion on SQLite (var dir $sqlite_var, Redis database $sqlite_redis_db and up)"
+CLEAR_TEST_DATABASE=sqlite CLEAR_VAR_DIR="$sqlite_var" CLEAR_TEST_REDIS_URL="$redis_base/$sqlite_redis_db" \
+  "$PY" -m pytest ${xdist[@]+"${xdist[@]}"} "${SQLITE_TESTS[@]}" || status=$?
 rm -rf "$sqlite_var"
 exit "$status"

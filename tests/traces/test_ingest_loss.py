@@ -33,7 +33,7 @@ BATCHES = 40
 SPANS_PER_BATCH = 100
 SPANS_PER_TRACE = 25
 CLIENTS = 4
-DEADLINE_SECONDS = 45
+DEADLINE_SECONDS = 120  # a bound on liveness under a loaded CI machine, not a speed target
 LOG_DIR = Path(settings.BASE_DIR) / "var" / "test-logs"
 
 
