@@ -122,3 +122,38 @@ def test_no_import_cycle_spans_two_apps(packages):
     cycles = cross_app_cycles(edges)
     assert not cycles, "import cycles across apps (break them with an outbox fact, see clear/outbox):\n" + "\n".join(
         " -> ".join(cycle) for cycle in cycles)
+
+
+def private_imports_across_apps(root) -> list[tuple[str, str, str]]:
+    """(file, module, name) for each `from <other app>... import _name` or import from a private module of another
+    app: apps use each other's services and selectors by their public names only."""
+    import ast
+
+    found = []
+    for path in sorted(root.glob("*/**/*.py")):
+        relative = path.relative_to(root)
+        if relative.parts[0] not in APPS or "migrations" in relative.parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.ImportFrom) and node.module and node.level == 0):
+                continue
+            if _app(node.module) == relative.parts[0] or _app(node.module) not in APPS:
+                continue
+            private_module = any(part.startswith("_") and part != "__init__" for part in node.module.split("."))
+            found += [(str(relative), node.module, alias.name) for alias in node.names
+                      if private_module or alias.name.startswith("_")]
+    return found
+
+
+def test_a_private_name_of_another_app_is_found(tmp_path):
+    (tmp_path / "frontend").mkdir()
+    (tmp_path / "frontend" / "views.py").write_text(
+        "from diagnosis.services import run_start, _helper\nfrom frontend.queries import _own\n")
+    assert private_imports_across_apps(tmp_path) == [("frontend/views.py", "diagnosis.services", "_helper")]
+
+
+def test_apps_use_only_public_names_of_each_other():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    assert private_imports_across_apps(root) == []
