@@ -59,6 +59,126 @@ DEPTH_LABELS = {"shallow": "shallow — up to 2 iterations, 1 review round",
                 "deep": "deep — up to 5 iterations, 3 review rounds"}
 
 
+# One name per state and per verdict, everywhere (pages, README, API, JOBS.md): a job's state is a JobState value, an
+# iteration's verdict one of verdict.py's decisions. The pages show the name with its meaning in plain words.
+STATE_MEANINGS = {
+    "QUEUED": "waiting for a worker", "PREPARING": "preparing a copy of the target",
+    "BASELINE": "running the tasks on the current code", "LOCATING": "looking for the cause",
+    "PLANNING": "planning a fix", "PLAN_REVIEW": "reviewing the plan", "IMPLEMENTING": "writing the fix",
+    "CODE_REVIEW": "reviewing the code", "CHECKING": "checking the change (files, size, secrets, tests)",
+    "TRIALS": "running the tasks on the fix", "VERDICT": "scoring the trials",
+    "AWAITING_CONSENT": "awaiting your decision", "PROMOTING": "applying the approved fix",
+    "HEALTH_CHECK": "watching the new release's health", "ROLLING_BACK": "going back to the last good release",
+    "PROMOTED": "the fix is live", "PR_OPENED": "the fix's branch is pushed for review",
+    "REJECTED": "ended: no acceptable fix was found", "NO_IMPROVEMENT": "ended: nothing fixed the failing tasks",
+    "ROLLED_BACK": "ended: the release was unhealthy and was rolled back", "FAILED": "ended with an error",
+    "CANCELLED": "cancelled", "EXPIRED": "ended: nobody decided in time",
+}
+VERDICT_MEANINGS = {
+    "PROMOTE_ELIGIBLE": "it fixes the failing tasks and no other task got worse: yours to approve",
+    "NEED_MORE_WORK": "better, but not enough yet",
+    "REJECT_REGRESSION": "rejected: it makes other tasks worse",
+    "NO_IMPROVEMENT": "rejected: a check failed or the failing tasks did not improve",
+}
+# What each gate checks, in plain words; its code name (services/gates.py, services/verdict.py) is the row's tooltip.
+CHECK_WORDS = {
+    "paths": "Only files the target lets the fix edit are changed, and no existing test",
+    "diff_budget": "The change stays within the size limit, with no binary file and no new executable",
+    "dependencies": "No dependency manifest (requirements, lock files…) is changed",
+    "secrets": "No key, token or password in the added lines",
+    "tests": "The target's own tests fail no more than before the change",
+    "G0_hard_gates": "The change passed the safety checks (files, size, dependencies, secrets, tests)",
+    "reviewer_veto": "No reviewer vetoed the change",
+    "G1_target_delta": "The failing tasks score higher on average",
+    "G1_fixed_fraction": "Enough of the failing tasks now pass (in most of their trials)",
+    "G2_per_task": "No other task passes fewer of its trials than before",
+    "G2_no_flips": "No task that passed every trial before fails every trial now",
+    "G2_mean_drop": "The other tasks' average score does not drop beyond the allowed margin",
+}
+
+
+def _num(value, signed: bool = False) -> str:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    return f"{value:+.2f}" if signed else f"{value:.2f}".rstrip("0").rstrip(".")
+
+
+def check_result(rule: dict) -> str:
+    """A gate's value against its threshold, in words."""
+    name, value, threshold = rule.get("name"), rule.get("value"), rule.get("threshold")
+    if rule.get("passed") is None:
+        return "not run"
+    if name == "G1_target_delta" and isinstance(value, (int, float)):
+        return f"{_num(value, True)} on average (needs at least {_num(threshold, True)})"
+    if name == "G1_fixed_fraction" and isinstance(value, (int, float)) and isinstance(threshold, (int, float)):
+        return f"{value:.0%} fixed (needs {threshold:.0%})"
+    if name == "G2_mean_drop" and isinstance(value, (int, float)):
+        return f"{_num(value, True)} on average (may go down to {_num(threshold, True)})"
+    if name in ("G2_per_task", "G2_no_flips", "dependencies"):
+        return ", ".join(map(str, value)) if value else "none"
+    if name == "diff_budget" and isinstance(value, dict):
+        limit = threshold if isinstance(threshold, dict) else {}
+        text = f"{value.get('files')} file(s), {value.get('lines')} line(s)"
+        return text + (f" (limit {limit.get('max_files')} files, {limit.get('max_lines')} lines)" if limit else "")
+    if name in ("paths", "secrets") and isinstance(value, int):
+        return "none" if value == 0 else f"{value} found"
+    if name == "G0_hard_gates":
+        return "all passed" if value else "one failed"
+    if name == "tests" and isinstance(value, list):
+        return ", ".join(value) or "no new failure"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return "" if value is None else str(value)
+
+
+def check_rows(rules) -> list[dict]:
+    """The gates of an iteration (its hard gates or its verdict's rules) for the page: what each checks in plain words,
+    its code name for the tooltip, the result in words and the gate's own detail when it says more than "ok"."""
+    rows = []
+    for rule in rules or []:
+        name = str(rule.get("name", ""))
+        detail, result = str(rule.get("detail") or ""), check_result(rule)
+        if detail in ("ok", result) or detail.startswith("mean "):  # "ok", the result again, or what is checked
+            detail = ""
+        rows.append({"code": name, "check": CHECK_WORDS.get(name, name.replace("_", " ")), "passed": rule.get("passed"),
+                     "result": result, "detail": detail,
+                     "offending": rule.get("offending") or []})
+    return rows
+
+
+def task_rows(tasks) -> tuple[list[dict], list[dict]]:
+    """Per-task rows: the targets and any task whose result moved first; the other tasks that did not move (the
+    unchanged regressions, or those the cascade did not run) apart, to be folded."""
+    shown, same = [], []
+    for task in tasks:
+        moved = task["candidate"] and (task["delta"] or task["candidate_passes"] != task["baseline_passes"])
+        (shown if task["kind"] == "target" or moved else same).append(task)
+    shown.sort(key=lambda t: t["kind"] != "target")
+    return shown, same
+
+
+def trials_sentence(tasks) -> str:
+    """What the trials showed, in one sentence: how many failing tasks the candidate fixes, and whether others got
+    worse (the verdict's own summary, in words)."""
+    targets = [t for t in tasks if t["kind"] == "target" and t["candidate"]]
+    others = [t for t in tasks if t["kind"] != "target"]
+    if not targets:
+        return ""
+    failing = [t for t in targets if 2 * t["baseline_passes"] <= len(t["baseline"])]
+    fixed = [t for t in failing if 2 * t["candidate_passes"] > len(t["candidate"])]
+    deltas = [t["delta"] for t in targets if t["delta"] is not None]
+    text = (f"It fixes {len(fixed)} of the {len(failing)} failing task{'s' if len(failing) != 1 else ''}"
+            + (f" (mean score {sum(deltas) / len(deltas):+.2f})" if deltas else ""))
+    ran = [t for t in others if t["candidate"]]
+    worse = [t["task_id"] for t in ran if t["candidate_passes"] < t["baseline_passes"]]
+    if not others:
+        return text + "."
+    if not ran:
+        return text + f"; the {len(others)} other tasks were not run."
+    return text + (f"; {len(worse)} of the {len(ran)} other tasks got worse: {', '.join(worse)}." if worse else
+                   f"; none of the {len(ran)} other tasks got worse.")
+
+
 def or_404(call, **kwargs):
     """The selector's answer, its NotFoundError a 404."""
     try:
@@ -275,13 +395,23 @@ def job_detail(request: HttpRequest, slug: str, job_id: int) -> HttpResponse:
     artifacts = list(evolution_job_artifacts(project=project, job=job))
     for stage in stages:
         stage.took_ms = (stage.finished_at - stage.started_at).total_seconds() * 1000 if stage.finished_at else None
+    tasks, tasks_same = task_rows(shown.tasks) if shown is not None else ([], [])
+    verdict = shown.verdict if shown is not None else None
     context = {
         "project": project, "nav": "evolution", "job": job, "mode": job_mode(job),
+        "state_meaning": STATE_MEANINGS.get(job.state, ""),
+        "verdict_meaning": VERDICT_MEANINGS.get(verdict.decision, "") if verdict else "",
+        "verdict_checks": check_rows(verdict.rules if verdict else []),
+        "hard_checks": check_rows(shown.gates if shown is not None else []),
+        "tasks": tasks, "tasks_same": tasks_same,
+        "trials_sentence": trials_sentence(shown.tasks) if verdict else "",
+        "running": job.state not in TERMINAL_STATES and job.state != JobState.AWAITING_CONSENT,
         "mode_label": job_mode(job).replace("_", " "), "status": job_status_data(job), "stages": stages,
         "reviews": reviews, "shown": shown, "docs": docs, "diff": diff, "diff_cut": diff_cut,
         "events": events, "backend_version": (created.data or {}).get("backend_version", "") if created else "",
         "artifacts": [a for a in artifacts if a.kind not in BULK_KINDS],
         "bulk_artifacts": [a for a in artifacts if a.kind in BULK_KINDS],
+        "artifact_count": len(artifacts),
         "awaiting": job.state == JobState.AWAITING_CONSENT and candidate is not None,
         "candidate": candidate, "terminal": job.state in TERMINAL_STATES,
         "fix": getattr(job, "fix", None) if job.state in (JobState.PR_OPENED, JobState.PROMOTED) else None,
