@@ -75,7 +75,7 @@ STATE_MEANINGS = {
     "CANCELLED": "cancelled", "EXPIRED": "ended: nobody decided in time",
 }
 VERDICT_MEANINGS = {
-    "PROMOTE_ELIGIBLE": "it fixes the failing tasks and no other task got worse: yours to approve",
+    "PROMOTE_ELIGIBLE": "good enough to apply; a person decides",
     "NEED_MORE_WORK": "better, but not enough yet",
     "REJECT_REGRESSION": "rejected: it makes other tasks worse",
     "NO_IMPROVEMENT": "rejected: a check failed or the failing tasks did not improve",
@@ -115,17 +115,19 @@ def check_result(rule: dict) -> str:
     if name == "G2_mean_drop" and isinstance(value, (int, float)):
         return f"{_num(value, True)} on average (may go down to {_num(threshold, True)})"
     if name in ("G2_per_task", "G2_no_flips", "dependencies"):
-        return ", ".join(map(str, value)) if value else "none"
+        return ", ".join(map(str, value)) if value else {"dependencies": "none changed"}.get(name, "none")
     if name == "diff_budget" and isinstance(value, dict):
         limit = threshold if isinstance(threshold, dict) else {}
         text = f"{value.get('files')} file(s), {value.get('lines')} line(s)"
         return text + (f" (limit {limit.get('max_files')} files, {limit.get('max_lines')} lines)" if limit else "")
-    if name in ("paths", "secrets") and isinstance(value, int):
-        return "none" if value == 0 else f"{value} found"
+    if name == "paths" and isinstance(value, int):
+        return "all allowed" if value == 0 else f"{value} file(s) not allowed"
+    if name == "secrets" and isinstance(value, int):
+        return "none found" if value == 0 else f"{value} found"
     if name == "G0_hard_gates":
         return "all passed" if value else "one failed"
-    if name == "tests" and isinstance(value, list):
-        return ", ".join(value) or "no new failure"
+    if name == "tests":
+        return str(rule.get("detail") or value)
     if isinstance(value, bool):
         return "yes" if value else "no"
     return "" if value is None else str(value)
@@ -406,7 +408,7 @@ def job_detail(request: HttpRequest, slug: str, job_id: int) -> HttpResponse:
         "tasks": tasks, "tasks_same": tasks_same,
         "trials_sentence": trials_sentence(shown.tasks) if verdict else "",
         "running": job.state not in TERMINAL_STATES and job.state != JobState.AWAITING_CONSENT,
-        "mode_label": job_mode(job).replace("_", " "), "status": job_status_data(job), "stages": stages,
+        "mode_label": MODE_LABELS[job_mode(job)].split(" (")[0], "status": job_status_data(job), "stages": stages,
         "reviews": reviews, "shown": shown, "docs": docs, "diff": diff, "diff_cut": diff_cut,
         "events": events, "backend_version": (created.data or {}).get("backend_version", "") if created else "",
         "artifacts": [a for a in artifacts if a.kind not in BULK_KINDS],

@@ -288,13 +288,33 @@ def test_readme_names_the_insights_the_demo_shows(demo, page):
 def test_readme_evolve_walk_through_uses_the_names_the_pages_use():
     from evolution.models import EvolutionTarget, JobState
     from evolution.selectors import evolution_target_scripted_fixtures
+    from evolution.serializers import JobOutputSerializer, VerdictSerializer
+    from evolution.services.verdict import NEED_MORE_WORK, NO_IMPROVEMENT, PROMOTE_ELIGIBLE, REJECT_REGRESSION
     from examples.support_desk.target_repo import EVOLUTION_CONFIG
-    from frontend.views_evolution import MODE_LABELS
+    from frontend.views_evolution import MODE_LABELS, STATE_MEANINGS, VERDICT_MEANINGS
 
     text = " ".join(_README.split("**Evolve in the demo.**", 1)[1].split("\n\n", 1)[0].split())
-    states = set(re.findall(r"\b[A-Z][A-Z_]{3,}\b", text)) - {"CLEAR_INSIGHT_FIXED_BELOW"}
-    assert states and states - {"PROMOTE_ELIGIBLE"} <= set(JobState.values), states
-    assert "PROMOTE_ELIGIBLE" in (ROOT / "frontend/templates/frontend/_evolution_verdict.html").read_text()
+    # One name per state and per verdict (issue 19): a job's state is a JobState value, an iteration's verdict one
+    # of the verdict's decisions; the README names a verdict as the verdict, and gives a name's meaning in the words
+    # the job page shows next to it.
+    verdicts = {NO_IMPROVEMENT, NEED_MORE_WORK, PROMOTE_ELIGIBLE, REJECT_REGRESSION}
+    names = set(re.findall(r"\b[A-Z][A-Z_]{3,}\b", text)) - {"CLEAR_INSIGHT_FIXED_BELOW"}
+    assert names and names <= set(JobState.values) | verdicts, names
+    assert {"AWAITING_CONSENT", "PROMOTED", "PROMOTE_ELIGIBLE"} <= names, names
+    for name in names & verdicts - set(JobState.values):
+        assert re.search(rf"verdict,? {name}\b", text), f"{name} is not named as the verdict"
+    meanings = {**STATE_MEANINGS, **VERDICT_MEANINGS}
+    for name, meaning in re.findall(r"\b([A-Z][A-Z_]{3,}) \(\"([^\"]+)\"\)", text):
+        assert meaning == meanings[name], (name, meaning)
+    assert f'AWAITING_CONSENT ("{STATE_MEANINGS["AWAITING_CONSENT"]}")' in text
+    assert f'PROMOTE_ELIGIBLE ("{VERDICT_MEANINGS["PROMOTE_ELIGIBLE"]}")' in text
+    assert set(STATE_MEANINGS) == set(JobState.values) and set(VERDICT_MEANINGS) == verdicts
+    # The page shows those names and labels the verdict as the verdict; the API uses the same names.
+    verdict_html = (ROOT / "frontend/templates/frontend/_evolution_verdict.html").read_text()
+    assert "Verdict" in verdict_html and "{{ review.verdict.decision }}" in verdict_html
+    assert "{{ state }}" in (ROOT / "frontend/templates/frontend/_evolution_state.html").read_text()
+    assert set(JobOutputSerializer().fields["state"].choices) == set(JobState.values)
+    assert set(re.findall(r"[A-Z][A-Z_]{3,}", VerdictSerializer().fields["decision"].help_text)) == verdicts
     desk = EvolutionTarget(name="support_desk", config=EVOLUTION_CONFIG)  # as scripts/demo.sh registers it
     assert any(f'"{label}"' in text for _, label in evolution_target_scripted_fixtures(target=desk)), text
     assert f'"{MODE_LABELS["hot_swap"].split(" (")[0]}"' in text

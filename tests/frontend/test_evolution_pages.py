@@ -334,6 +334,86 @@ def test_release_history_and_one_click_rollback(client, project, tmp_path):
     assert "no hot_swap section" in nothing
 
 
+# --- the job page for a reviewer, in the browser -------------------------------------------------------------------
+
+# Internal names that stay out of the page's visible text (they are tooltips, or nowhere).
+JARGON = ("G0_", "G1_", "G2_", "pass^n", "fail^n", "§7.10", "evolution.md", "diff_budget", "reviewer_veto")
+
+
+def reviewer_layout_check(page) -> dict:
+    """At 1280×800: the verdict and the decision first, then the diff (within the first two screens), the per-task
+    scores and the checks; everything else folded. Returns the sections' top offsets."""
+    page.set_viewport_size({"width": 1280, "height": 800})
+    top = {name: page.locator(selector).first.evaluate("e => e.getBoundingClientRect().top + window.scrollY")
+           for name, selector in (("decision", "[data-testid=decision]"), ("diff", "[data-testid=diff]"),
+                                  ("tasks", "[data-testid=task-table]"), ("checks", "[data-testid=gate-table]"),
+                                  ("folded", "[data-testid=folded]"))}
+    assert top["decision"] < top["diff"] < top["tasks"] < top["checks"] < top["folded"], top
+    assert top["diff"] < 2 * 800, top  # the diff is on the first or the second screen
+    assert page.locator("[data-testid=verdict] >> text=Verdict").count() == 1
+    for fold in ("plan-fold", "reviews-fold", "timeline-fold", "artifacts-fold", "events-fold"):
+        assert page.locator(f"[data-testid={fold}]").get_attribute("open") is None, fold
+    text = page.inner_text("main")
+    assert not [word for word in JARGON if word in text], [word for word in JARGON if word in text]
+    # The gates' code names are their rows' tooltips.
+    assert page.locator("[data-check=G2_no_flips] td[title=G2_no_flips]").count() == 1
+    assert page.locator("[data-check=diff_budget] td[title=diff_budget]").count() == 1
+    return top
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+def test_the_job_page_shows_a_reviewer_the_decision_and_the_diff_first(live_server, page, project, owner, target,
+                                                                       insight, tmp_path, axe_path):
+    """The router fixture's job, run inline to AWAITING_CONSENT: at 1280×800 the verdict, the decision and the diff
+    come first, the gates are in words, the rest is folded; approving asks first, naming the patch's sha256, by
+    keyboard too; axe finds nothing serious."""
+    from tests.frontend.support import axe_violations, describe, login
+    from tests.support.browser import screenshot
+
+    script = script_write(tmp_path / "script.json", happy_entries(replace_edit(FIXED_BRANCH)))
+    job = evolution_job_start(project=project, target=target, insight=insight, backend_name="scripted",
+                              backend_config={"script_path": str(script)}, depth="shallow", created_by=owner)
+    job.refresh_from_db()
+    assert job.state == "AWAITING_CONSENT", job.error
+    sha = job.best_iteration.patch_sha256
+    login(page, live_server.url)
+    page.set_viewport_size({"width": 1280, "height": 800})
+    page.goto(f"{live_server.url}/p/{project.slug}/evolution/jobs/{job.pk}/")
+    reviewer_layout_check(page)
+    assert page.inner_text("[data-testid=job-state]").split() == ["AWAITING_CONSENT", "awaiting", "your", "decision"]
+    assert page.inner_text("[data-testid=verdict-decision]") == "PROMOTE_ELIGIBLE"
+    assert "fixes 3 of the 3 failing tasks" in page.inner_text("[data-testid=verdict-summary]")
+    assert page.locator("[data-testid=diff]").is_visible()
+    violations = axe_violations(page, axe_path)
+    screenshot(page, "evolution-job-reviewer")
+    assert not violations, describe(violations)
+
+    # The folded sections open by keyboard.
+    page.focus("[data-testid=plan-fold] > summary")
+    page.keyboard.press("Enter")
+    assert page.locator("[data-testid=plan]").is_visible()
+    assert page.locator("[data-testid=events-fold] [data-testid=events]").is_hidden()
+
+    # Approve asks first and names the patch: dismissed, nothing happens; from the keyboard, accepted, it promotes.
+    dialogs: list[str] = []
+    page.once("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    page.click("[data-testid=approve]")
+    page.wait_for_timeout(300)
+    assert len(dialogs) == 1 and sha in dialogs[0] and "push the branch" in dialogs[0], dialogs
+    assert EvolutionJob.objects.get(pk=job.pk).state == "AWAITING_CONSENT"
+    assert page.get_attribute("[data-testid=approve]", "aria-describedby") == "patch-sha-line"
+    page.once("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.accept()))
+    page.focus("[data-testid=approve]")
+    page.keyboard.press("Enter")
+    page.wait_for_selector("[data-testid=job-state]:has-text('PR_OPENED')")
+    assert len(dialogs) == 2 and sha in dialogs[1]
+    assert page.inner_text("[data-testid=pr-branch]") == f"evo/{job.pk}/1"
+    violations = axe_violations(page, axe_path)
+    screenshot(page, "evolution-job-reviewer-pr-opened")
+    assert not violations, describe(violations)
+
+
 # --- in the browser, through a real worker: the example agent's mediator_race insight to PROMOTE_ELIGIBLE --------
 
 @pytest.fixture
@@ -418,12 +498,16 @@ def test_evolve_the_mediator_race_insight_in_the_browser(live_server, page, cele
     sha = page.inner_text("[data-testid=patch-sha]").strip()
     job = EvolutionJob.objects.get(project=project)
     assert sha == job.best_iteration.patch_sha256
+    reviewer_layout_check(page)  # 1280×800: the decision, then the diff within two screens, the rest folded
     check("evolution-job-awaiting-consent")
 
+    dialogs: list[str] = []  # approve asks first, naming the patch
+    page.once("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.accept()))
     page.click("[data-testid=approve]")
     page.wait_for_selector("[data-testid=pr-branch]", timeout=120_000)
     assert page.inner_text("[data-testid=pr-branch]") == f"evo/{job.pk}/1"
     assert "PR_OPENED" in page.inner_text("[data-testid=job-state]")
+    assert len(dialogs) == 1 and sha in dialogs[0], dialogs
     check("evolution-job-pr-opened")
     page.goto(base + "/")
     assert page.locator(f"[data-testid=job-table] tr[data-job='{job.pk}']").count() == 1
@@ -533,10 +617,13 @@ def test_issue_11_acceptance_evolve_hot_swap_and_the_next_release_fixes_the_insi
         job = EvolutionJob.objects.get(project=project)
         assert "hot-swap" in page.inner_text("[data-testid=approve]")
         check("evolution-acceptance-awaiting-consent")
+        dialogs: list[str] = []  # approve asks first, naming the patch
+        page.once("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.accept()))
         page.click("[data-testid=approve]")
         page.wait_for_selector("[data-testid=job-state]:has-text('PROMOTED')", timeout=300_000)
         job.refresh_from_db()
         assert (job.state, job.terminal_reason) == ("PROMOTED", "healthy"), job.error
+        assert len(dialogs) == 1 and "hot-swap" in dialogs[0] and job.best_iteration.patch_sha256 in dialogs[0]
         release = f"job-{job.pk}-{job.best_iteration.candidate_commit[:12]}"
         assert release in page.inner_text("[data-testid=insight-fix]")
         check("evolution-acceptance-promoted")
