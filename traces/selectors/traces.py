@@ -20,12 +20,9 @@ NO_RELEASE = "(none)"  # how lists and filters name "sent without a release"
 
 
 def trace_list(*, project: Project, release: str | None = None, outcome: str | None = None) -> QuerySet[Trace]:
-    traces = Trace.objects.filter(project=project)
-    if release:
-        traces = traces.filter(release=release)
-    if outcome:
-        traces = traces.filter(outcome=outcome)
-    return traces.order_by("-start_time", "-pk")
+    """The project's traces (of a release, with an outcome: see TraceFilter), newest first."""
+    filters = TraceFilter(release=release or None, outcome=outcome or "")
+    return trace_list_filtered(project=project, filters=filters).order_by("-start_time", "-pk")
 
 
 def trace_get(*, project: Project, trace_id: str) -> Trace | None:
