@@ -20,11 +20,11 @@ from diagnosis.selectors import (
     diagnosis_run_latest,
     insight_evidence_list,
     insight_get,
-    insight_link_pairs,
     insight_count_by_node,
     insight_links,
     insight_list,
     insight_list_ranked,
+    insight_list_top,
     insight_trend,
 )
 from diagnosis.services.insights_review import insight_confirm, insight_reject, insight_status_set
@@ -54,15 +54,7 @@ def _insight_for(project: Project, insight_id) -> Insight:
 
 
 def top_insights(*, project: Project) -> list[Insight]:
-    """The overview card: open insights of both levels, those associated with failure (or of unknown association)
-    first, then by frequency; a node insight is left out when a listed system insight (the problem it is part of)
-    contains it, so each problem shows once."""
-    candidates = list(insight_list(project=project, status=Insight.Status.OPEN, include_other=False)
-                      .order_by("not_associated", "-frequency", "-count", "pk")[:TOP_INSIGHTS * 3])
-    systems = [i.pk for i in candidates if i.level == Insight.Level.SYSTEM]
-    within = {node_pk for _, node_pk in insight_link_pairs(project=project, system_pks=systems)}
-    top = [i for i in candidates if i.pk not in within]
-    return top[:TOP_INSIGHTS]
+    return insight_list_top(project=project, limit=TOP_INSIGHTS)
 
 
 @login_required

@@ -52,6 +52,17 @@ def not_associated_with_failure():
                 output_field=IntegerField())
 
 
+def insight_list_top(*, project: Project, limit: int = 8) -> list[Insight]:
+    """The overview's top insights: open insights of both levels, those associated with failure (or of unknown
+    association) first, then by frequency; a node insight is left out when a listed system insight (the problem it
+    is part of) contains it, so each problem shows once."""
+    candidates = list(insight_list(project=project, status=Insight.Status.OPEN, include_other=False)
+                      .order_by("not_associated", "-frequency", "-count", "pk")[:limit * 3])
+    systems = [i.pk for i in candidates if i.level == Insight.Level.SYSTEM]
+    within = {node_pk for _, node_pk in insight_link_pairs(project=project, system_pks=systems)}
+    return [i for i in candidates if i.pk not in within][:limit]
+
+
 def insight_list_ranked(*, project: Project, level: str | None = None, node: str | None = None,
                         severity: str | None = None, status: str | None = None,
                         release: str | None = None) -> QuerySet:
