@@ -152,12 +152,17 @@ def shorten(text: str, max_chars: int = TITLE_MAX_CHARS) -> str:
     """A title from a statement: the leading "The agent"/"It" dropped, the first clause kept, cut at a word
     boundary to `max_chars` with an ellipsis, capitalised (unless it starts with an identifier), no final period."""
     text = _LEAD.sub("", text.strip()).strip()
-    first = re.split(r"(?<=[a-z0-9)])[;:]\s|,\s(?:so|and|which|because|causing)\s|\.\s", text, maxsplit=1)[0]
+    # The first clause, found with `code` spans masked: a separator inside one ("`intent: refund`") is not a clause's.
+    masked = re.sub(r"`[^`]*`", lambda m: "\0" * len(m.group(0)), text)
+    first = text[:len(re.split(r"(?<=[a-z0-9)\0])[;:]\s|,\s(?:so|and|which|because|causing)\s|\.\s", masked,
+                               maxsplit=1)[0])]
     if len(first) >= 20:
         text = first
     text = text.rstrip(" .;:,")
     if len(text) > max_chars:
         cut = text[: max_chars - 1].rsplit(" ", 1)[0].rstrip(" ,;:")
+        if cut.count("`") % 2:  # never end inside a `code` span: cut before it
+            cut = cut[: cut.rfind("`")].rstrip(" ,;:")
         text = cut + "\u2026"
     first_word = text.split(" ", 1)[0]
     if not re.fullmatch(r"[a-z]+", first_word):  # an identifier (invoice_lookup, gpt-4o, <id>) keeps its case

@@ -18,6 +18,9 @@ def test_shorten():
     long = "It " + "very " * 40 + "long."
     out = shorten(long, 40)
     assert len(out) <= 40 and out.endswith("\u2026")
+    # A cut never leaves half a `code` span.
+    finding = "Fails more often when `planner` writes `intent: refund` with `worker: orders_worker`"
+    assert shorten(finding) == "Fails more often when `planner` writes `intent: refund` with\u2026"
 
 
 def test_offline_names_come_from_medoid_and_terms(paraphrases):
