@@ -148,6 +148,16 @@ def title_generalize(text: str) -> str:
     return " ".join(text.split())
 
 
+def cut_at_word(text: str, max_chars: int = TITLE_MAX_CHARS) -> str:
+    """`text` cut at a word boundary to `max_chars` with an ellipsis; never inside a `code` span (cut before it)."""
+    if len(text) <= max_chars:
+        return text
+    cut = text[: max_chars - 1].rsplit(" ", 1)[0].rstrip(" ,;:")
+    if cut.count("`") % 2:
+        cut = cut[: cut.rfind("`")].rstrip(" ,;:")
+    return cut + "\u2026"
+
+
 def shorten(text: str, max_chars: int = TITLE_MAX_CHARS) -> str:
     """A title from a statement: the leading "The agent"/"It" dropped, the first clause kept, cut at a word
     boundary to `max_chars` with an ellipsis, capitalised (unless it starts with an identifier), no final period."""
@@ -159,11 +169,7 @@ def shorten(text: str, max_chars: int = TITLE_MAX_CHARS) -> str:
     if len(first) >= 20:
         text = first
     text = text.rstrip(" .;:,")
-    if len(text) > max_chars:
-        cut = text[: max_chars - 1].rsplit(" ", 1)[0].rstrip(" ,;:")
-        if cut.count("`") % 2:  # never end inside a `code` span: cut before it
-            cut = cut[: cut.rfind("`")].rstrip(" ,;:")
-        text = cut + "\u2026"
+    text = cut_at_word(text, max_chars)
     first_word = text.split(" ", 1)[0]
     if not re.fullmatch(r"[a-z]+", first_word):  # an identifier (invoice_lookup, gpt-4o, <id>) keeps its case
         return text

@@ -92,7 +92,6 @@ def groups_name(*, groups: list[Group], drafts: list[Draft], vectors: np.ndarray
 
 def clip(text: str, limit: int = TITLE_MAX_CHARS) -> str:
     """A judge's issue title as an insight title: whitespace collapsed, cut at a word boundary."""
-    text = " ".join(text.split()).rstrip(" .")
-    if len(text) <= limit:
-        return text
-    return text[: limit - 1].rsplit(" ", 1)[0].rstrip(" ,;:") + "\u2026"
+    from diagnosis.clustering.naming import cut_at_word
+
+    return cut_at_word(" ".join(text.split()).rstrip(" ."), limit)
