@@ -81,6 +81,9 @@ class EvolutionJob(models.Model):
     backend_config = models.JSONField(default=dict, blank=True)
     sandbox_level = models.CharField(max_length=20, blank=True, help_text="chosen at PREPARING")
     base_commit = models.CharField(max_length=40, blank=True)
+    base_release = models.ForeignKey("Release", null=True, blank=True, on_delete=models.SET_NULL,
+                                     related_name="based_jobs",
+                                     help_text="hot swap: the live release the job started from (its base_commit)")
     current_iteration = models.PositiveIntegerField(default=0)
     best_iteration = models.ForeignKey("Iteration", null=True, blank=True, on_delete=models.SET_NULL,
                                        related_name="+")
@@ -324,6 +327,7 @@ class InsightFix(models.Model):
         WATCHING = "watching"  # promoted, no qualifying run yet
         FIXED = "fixed"
         REOPENED = "reopened"
+        ROLLED_BACK = "rolled_back"  # its release was rolled back: the fix is no longer live
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
     insight = models.ForeignKey("diagnosis.Insight", on_delete=models.CASCADE, related_name="evolution_fixes")
@@ -331,7 +335,7 @@ class InsightFix(models.Model):
     release = models.CharField(max_length=200, help_text="the trace release (service.version) carrying the fix")
     commit = models.CharField(max_length=40, blank=True)
     promoted_at = models.DateTimeField(help_text="traces of releases first seen after this count as later ones")
-    status = models.CharField(max_length=10, choices=Status.choices, default=Status.WATCHING)
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.WATCHING)
     fixed_run = models.ForeignKey("diagnosis.DiagnosisRun", null=True, blank=True, on_delete=models.SET_NULL,
                                   related_name="+")
     reopened_run = models.ForeignKey("diagnosis.DiagnosisRun", null=True, blank=True, on_delete=models.SET_NULL,
@@ -342,3 +346,43 @@ class InsightFix(models.Model):
 
     class Meta:
         indexes = [models.Index(fields=["project", "status"], name="evolution_fix_project_status")]
+
+
+class ReleaseRollback(models.Model):
+    """A person's rollback of a hot-swap target (the release history's button, the API), run by the Celery task
+    `evolution.release_rollback`: queued by the request, claimed by the task with a conditional update, then the
+    swap, reload and health re-probe; the releases page polls its status."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        SUCCEEDED = "succeeded"  # `current` is the release asked for and passed its health probes
+        FAILED = "failed"  # refused, or the release went back but failed its re-probe (needs a person)
+
+    ACTIVE = (Status.QUEUED, Status.RUNNING)
+
+    target = models.ForeignKey(EvolutionTarget, on_delete=models.CASCADE, related_name="rollbacks")
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                     related_name="+")
+    actor = models.CharField(max_length=200)
+    from_release = models.CharField(max_length=200, blank=True, help_text="what `current` pointed at when asked")
+    to_release = models.CharField(max_length=200, blank=True, help_text="blank: the latest healthy earlier one")
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
+    outcome = models.CharField(max_length=20, blank=True, help_text="deploy's outcome: rolled_back or failed")
+    active_release = models.CharField(max_length=200, blank=True, help_text="what `current` points at after it")
+    detail = models.TextField(blank=True)
+    result = models.JSONField(default=dict, blank=True, help_text="deploy's PromotionResult.to_dict()")
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["target"], condition=Q(status__in=["queued", "running"]),
+                                    name="evolution_one_active_rollback_per_target"),
+        ]
+        ordering = ["-created_at", "-pk"]
+
+    @property
+    def is_done(self) -> bool:
+        return self.status not in self.ACTIVE

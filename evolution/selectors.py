@@ -5,13 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from django.db.models import QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from clear.errors import NotFoundError
 from clear.projects.models import Project
 from evolution.models import (
-    TERMINAL_STATES, Artifact, AuditEvent, EvolutionJob, EvolutionTarget, Iteration, StageRun, TaskSpec, TrialRun,
-    Verdict,
+    TERMINAL_STATES, Artifact, AuditEvent, EvolutionJob, EvolutionTarget, InsightFix, Iteration, Release,
+    ReleaseRollback, StageRun, TaskSpec, TrialRun, Verdict,
 )
 
 
@@ -36,7 +36,10 @@ def evolution_target_get(*, project: Project, name_or_id) -> EvolutionTarget:
 
 def evolution_job_list(*, project: Project, target: EvolutionTarget | None = None,
                        active: bool | None = None) -> QuerySet[EvolutionJob]:
-    jobs = EvolutionJob.objects.filter(project=project).select_related("target", "insight", "best_iteration")
+    # release_rolled_back: the release the job promoted was rolled back since (its fix is no longer live).
+    jobs = EvolutionJob.objects.filter(project=project).select_related(
+        "target", "insight", "best_iteration", "base_release").annotate(release_rolled_back=Exists(
+            Release.objects.filter(job=OuterRef("pk"), status=Release.Status.ROLLED_BACK)))
     if target is not None:
         jobs = jobs.filter(target=target)
     if active is True:
@@ -174,6 +177,8 @@ class TargetReleases:
     state: object | None  # evolution.deploy.state.ReleaseState; None before the first release
     current: str | None
     error: str = ""
+    rollback: ReleaseRollback | None = None  # the latest rollback asked for (its live status on the page)
+    rows: dict = field(default_factory=dict)  # release_id -> Release row (the job that promoted it, its status)
 
 
 def evolution_target_releases(*, project: Project, target: EvolutionTarget) -> TargetReleases:
@@ -185,12 +190,125 @@ def evolution_target_releases(*, project: Project, target: EvolutionTarget) -> T
         raise TargetNotFoundError(f"No evolution target {target.pk} in this project")
     root = evolution_target_releases_root(target=target)
     hot_swap = bool((target.config or {}).get("hot_swap"))
+    extra = {"rollback": evolution_target_rollback_latest(target=target),
+             "rows": {r.release_id: r for r in Release.objects.filter(target=target).select_related("job")}}
     if not (root / "state.json").exists():
-        return TargetReleases(root=root, hot_swap=hot_swap, state=None, current=None)
+        return TargetReleases(root=root, hot_swap=hot_swap, state=None, current=None, **extra)
     try:
         state = release_state_get(releases_root=root)
     except EvolutionError as exc:  # a corrupt state.json: say so on the page, the symlink still tells the truth
         return TargetReleases(root=root, hot_swap=hot_swap, state=None,
-                              current=release_current_get(releases_root=root), error=exc.message)
+                              current=release_current_get(releases_root=root), error=exc.message, **extra)
     state.history = list(reversed(state.history))
-    return TargetReleases(root=root, hot_swap=hot_swap, state=state, current=release_current_get(releases_root=root))
+    return TargetReleases(root=root, hot_swap=hot_swap, state=state, current=release_current_get(releases_root=root),
+                          **extra)
+
+
+def evolution_target_rollback_latest(*, target: EvolutionTarget) -> ReleaseRollback | None:
+    return ReleaseRollback.objects.filter(target=target).order_by("-created_at", "-pk").first()
+
+
+def evolution_rollback_get(*, project: Project, target: EvolutionTarget, rollback_id) -> ReleaseRollback:
+    try:
+        rollback = ReleaseRollback.objects.filter(target__project=project, target=target, pk=int(rollback_id)).first()
+    except (TypeError, ValueError):
+        rollback = None
+    if rollback is None:
+        raise NotFoundError(f"No rollback {rollback_id} of target {target.pk} in this project")
+    return rollback
+
+
+def rollback_status_data(rollback: ReleaseRollback) -> dict:
+    """The small status the releases page polls (and the API answers)."""
+    return {"id": rollback.pk, "target": rollback.target_id, "status": rollback.status, "state": rollback.status,
+            "done": rollback.is_done,
+            "state_version": rollback.status,  # what the page's poller compares: it reloads when this moves
+            "from_release": rollback.from_release, "to_release": rollback.to_release or None,
+            "outcome": rollback.outcome, "active_release": rollback.active_release or None,
+            "detail": rollback.detail, "actor": rollback.actor,
+            "created_at": rollback.created_at.isoformat() if rollback.created_at else None,
+            "started_at": rollback.started_at.isoformat() if rollback.started_at else None,
+            "finished_at": rollback.finished_at.isoformat() if rollback.finished_at else None}
+
+# --- what a job started from, and whether what it promoted is still live --------------------------------------------
+
+@dataclass
+class JobBase:
+    """What a job was built on: a hot-swap job's base release (the live one when it started) and whether it still
+    is; `rolled_back` when the release the job promoted was rolled back since."""
+
+    release: Release | None
+    live: Release | None
+    commit: str
+    stale: bool  # a hot-swap job still awaiting consent whose base release is no longer live
+    rolled_back: bool
+    promoted_release: Release | None
+
+    @property
+    def label(self) -> str:
+        if self.release is not None:
+            return f"based on release {self.release.release_id}"
+        return f"based on commit {self.commit[:12]}" if self.commit else ""
+
+
+def evolution_job_base(*, project: Project, job: EvolutionJob) -> JobBase:
+    """The job page's "based on release X" line, its stale-base warning and its "release rolled back" flag."""
+    release = job.base_release if job.base_release_id and job.project_id == project.pk else None
+    live = None
+    if job.state == "AWAITING_CONSENT" and release is not None:
+        from evolution.services.hot_swap import live_release
+
+        live = live_release(target=job.target)
+    promoted = Release.objects.filter(target_id=job.target_id, job=job).order_by("-pk").first()
+    return JobBase(release=release, live=live, commit=job.base_commit,
+                   stale=release is not None and job.state == "AWAITING_CONSENT" and (
+                       live is None or live.pk != release.pk),
+                   rolled_back=promoted is not None and promoted.status == Release.Status.ROLLED_BACK
+                   and job.state == "PROMOTED", promoted_release=promoted)
+
+
+# --- an insight's live or pending fix (the insight page, the Evolve form, the API's confirm) ------------------------
+
+@dataclass
+class InsightFixNote:
+    kind: str  # "live": a promoted or merged fix is watched; "pending": a job on it runs, waits, or its PR is open
+    job: EvolutionJob
+    text: str
+    since: object | None = None
+    release: str = ""
+    judged: int | None = None
+    status: str = ""
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "job": self.job.pk, "text": self.text, "release": self.release,
+                "since": self.since.isoformat() if self.since else None, "judged": self.judged,
+                "status": self.status}
+
+
+def evolution_insight_fix_note(*, project: Project, insight) -> InsightFixNote | None:
+    """The insight's fix that is live (a promoted release, or a merged PR, still watched or confirmed fixed, not
+    rolled back), else one on its way (a job running or awaiting a decision, a PR not marked merged yet)."""
+    fix = (InsightFix.objects.filter(project=project, insight=insight,
+                                     status__in=[InsightFix.Status.WATCHING, InsightFix.Status.FIXED])
+           .select_related("job").order_by("-promoted_at", "-pk").first())
+    if fix is not None:
+        judged = (fix.evidence or {}).get("judged")
+        judged = judged if isinstance(judged, int) else 0
+        since = fix.promoted_at.strftime("%Y-%m-%d %H:%M UTC") if fix.promoted_at else "?"
+        text = (f"Fix live since {since} (job {fix.job_id}, release {fix.release}): "
+                + ("the insight was marked fixed" if fix.status == InsightFix.Status.FIXED else
+                   f"watching {judged} judged trace{'s' if judged != 1 else ''} of it so far") + ".")
+        return InsightFixNote(kind="live", job=fix.job, text=text, since=fix.promoted_at, release=fix.release,
+                              judged=judged, status=fix.status)
+    job = (EvolutionJob.objects.filter(project=project, insight=insight)
+           .filter(~Q(state__in=[s.value for s in TERMINAL_STATES]) | Q(state="PR_OPENED", fix__isnull=True))
+           .order_by("-created_at", "-pk").first())
+    if job is None:
+        return None
+    if job.state == "PR_OPENED":
+        text = f"Fix pending: job {job.pk}'s branch {job.pr_branch} is pushed for review and not marked merged yet."
+    elif job.state == "AWAITING_CONSENT":
+        text = f"Fix pending: job {job.pk} has a candidate awaiting a decision."
+    else:
+        text = f"Fix pending: job {job.pk} is working on it ({job.state})."
+    return InsightFixNote(kind="pending", job=job, text=text, since=job.created_at, status=job.state)

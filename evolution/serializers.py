@@ -6,7 +6,7 @@ from django.urls import reverse
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from evolution.models import Artifact, AuditEvent, EvolutionJob, EvolutionTarget, StageRun
+from evolution.models import Artifact, AuditEvent, EvolutionJob, EvolutionTarget, Release, StageRun
 from evolution.selectors import IterationReview
 from evolution.services.api_actions import MODES, job_mode
 
@@ -35,12 +35,16 @@ class JobOutputSerializer(serializers.ModelSerializer):
     mode = serializers.SerializerMethodField()
     terminal = serializers.BooleanField(source="is_terminal")
     candidate = serializers.SerializerMethodField(help_text="the best candidate so far (what approve/ promotes)")
+    base_release = serializers.SerializerMethodField(
+        help_text="hot swap: the release the job started from (the live one then); null in PR mode")
+    release_rolled_back = serializers.SerializerMethodField(
+        help_text="the release this job promoted was rolled back since: its fix is no longer live")
 
     class Meta:
         model = EvolutionJob
         fields = [
             "id", "state", "terminal", "target", "insight_id", "ticket_id", "depth", "backend_name", "mode",
-            "sandbox_level", "base_commit", "current_iteration", "candidate", "stop_requested", "terminal_reason",
+            "sandbox_level", "base_commit", "base_release", "release_rolled_back", "current_iteration", "candidate", "stop_requested", "terminal_reason",
             "error", "pr_branch", "created_at", "updated_at", "finished_at", "heartbeat_at",
         ]
 
@@ -51,6 +55,17 @@ class JobOutputSerializer(serializers.ModelSerializer):
     @extend_schema_field(serializers.ChoiceField(choices=MODES))
     def get_mode(self, job: EvolutionJob) -> str:
         return job_mode(job)
+
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_base_release(self, job: EvolutionJob) -> str | None:
+        return job.base_release.release_id if job.base_release_id and job.base_release else None
+
+    @extend_schema_field(serializers.BooleanField())
+    def get_release_rolled_back(self, job: EvolutionJob) -> bool:
+        flag = getattr(job, "release_rolled_back", None)
+        if flag is None:
+            flag = job.releases.filter(status=Release.Status.ROLLED_BACK).exists()
+        return bool(flag)
 
     @extend_schema_field(CandidateSerializer(allow_null=True))
     def get_candidate(self, job: EvolutionJob) -> dict | None:

@@ -1,5 +1,5 @@
 """Celery entrypoints of evolution: one thin task runs any stage of a job (load by id, run the stage service), plus
-the janitor and the fix check."""
+a person's release rollback and the janitor."""
 
 from celery import current_app, shared_task
 from django.conf import settings
@@ -44,6 +44,19 @@ def legacy_stage(self, job_id: int, iteration: int = 0, round: int = 0) -> str: 
 
 for _name in LEGACY_STAGE_TASK_NAMES:
     current_app.tasks[_name] = current_app.tasks[legacy_stage.name]
+
+
+@shared_task(name="evolution.release_rollback", bind=True, acks_late=True, reject_on_worker_lost=True,
+             ignore_result=True, max_retries=3, soft_time_limit=STAGE_TIME_LIMIT, time_limit=STAGE_TIME_LIMIT + 60)
+def release_rollback(self, rollback_id: int) -> str:
+    """Run a person's rollback of a hot-swap target (swap, reload, re-probe); the service claims the queued row with
+    a conditional update, so a duplicate delivery does nothing."""
+    from evolution.services.rollbacks import release_rollback_run
+
+    try:
+        return release_rollback_run(rollback_id=rollback_id)
+    except OperationalError as exc:  # the database blinked before the claim; nothing was swapped
+        raise self.retry(exc=exc, countdown=min(60, 5 * 2 ** self.request.retries)) from exc
 
 
 @shared_task(name="evolution.janitor", ignore_result=True)

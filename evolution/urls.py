@@ -16,6 +16,8 @@ urlpatterns = [
          name="target-releases"),
     path("api/v1/evolution/targets/<int:target_id>/rollback/", targets.TargetRollbackApi.as_view(),
          name="target-rollback"),
+    path("api/v1/evolution/targets/<int:target_id>/rollbacks/<int:rollback_id>/",
+         targets.TargetRollbackDetailApi.as_view(), name="target-rollback-detail"),
     # /api/v1/evolution/jobs/
     path("api/v1/evolution/jobs/", api_route(get=jobs.JobListApi, post=jobs.JobCreateApi), name="job-list"),
     path("api/v1/evolution/jobs/<int:job_id>/", jobs.JobDetailApi.as_view(), name="job-detail"),

@@ -55,6 +55,8 @@ urlpatterns = [
     path("p/<slug:slug>/evolution/releases/", views_evolution_targets.releases, name="evolution-releases"),
     path("p/<slug:slug>/evolution/releases/<int:target_id>/rollback/", views_evolution_targets.release_rollback,
          name="evolution-release-rollback"),
+    path("p/<slug:slug>/evolution/releases/<int:target_id>/rollbacks/<int:rollback_id>/status.json",
+         views_evolution_targets.release_rollback_status, name="evolution-rollback-status"),
     path("p/<slug:slug>/settings/api-keys/", views.api_keys, name="api-keys"),
     path("p/<slug:slug>/settings/api-keys/create/", views.api_key_create_view, name="api-key-create"),
     path("p/<slug:slug>/settings/api-keys/<int:key_id>/revoke/", views.api_key_revoke_view, name="api-key-revoke"),

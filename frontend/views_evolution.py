@@ -27,11 +27,13 @@ from evolution.models import TERMINAL_STATES, EvolutionJob, JobState
 from evolution.selectors import (
     evolution_artifact_get,
     evolution_job_artifacts,
+    evolution_job_base,
     evolution_job_events,
     evolution_job_get,
     evolution_job_list,
     evolution_job_review,
     evolution_job_stage_runs,
+    evolution_insight_fix_note,
     evolution_target_list,
     evolution_target_scripted_fixtures,
 )
@@ -41,6 +43,7 @@ from evolution.services.api_actions import (
     evolution_job_approve,
     evolution_job_create,
     evolution_job_reject,
+    evolution_job_restart,
     job_mode,
 )
 from evolution.services.watch import evolution_job_mark_merged
@@ -199,6 +202,7 @@ class EvolveForm(forms.Form):
     backend_config = forms.CharField(required=False, max_length=100_000)
     depth = forms.ChoiceField(choices=list(DEPTH_LABELS.items()), initial="shallow")
     mode = forms.ChoiceField(choices=[(m, MODE_LABELS[m]) for m in MODES], initial="pr")
+    confirm = forms.BooleanField(required=False)  # the insight already has a live or pending fix: go on anyway
 
     def __init__(self, *args, targets, **kwargs):
         super().__init__(*args, **kwargs)
@@ -262,6 +266,8 @@ def _preflight_report(request: HttpRequest, data: dict) -> None:
 def evolve(request: HttpRequest, slug: str) -> HttpResponse:
     project = project_for(request, slug)
     insight, ticket = _evolve_subject(project, request)
+    if request.method == "POST" and request.POST.get("restart", "").isdigit():
+        return _evolve_restart(request, project, int(request.POST["restart"]))
     targets = list(evolution_target_list(project=project))
     fixtures_of = {t.pk: evolution_target_scripted_fixtures(target=t) for t in targets}
     status = 200
@@ -275,7 +281,8 @@ def evolve(request: HttpRequest, slug: str) -> HttpResponse:
             try:
                 job = evolution_job_create(project=project, target=target, insight=insight, ticket=ticket,
                                            backend_name=data["backend"], backend_config=data["backend_config"],
-                                           depth=data["depth"], mode=data["mode"], created_by=request.user)
+                                           depth=data["depth"], mode=data["mode"], created_by=request.user,
+                                           confirm=data["confirm"])
             except ClearError as exc:
                 for field, problem in (exc.extra.get("fields") or {}).items():
                     form.add_error(field if field in form.fields else None, f"{field}: {problem}")
@@ -300,8 +307,22 @@ def evolve(request: HttpRequest, slug: str) -> HttpResponse:
         "targets": targets, "busy": busy, "fixtures": [f for t in targets for f in fixtures_of[t.pk]],
         "backends": list(BACKENDS), "depths": DEPTH_LABELS.items(), "modes": [(m, MODE_LABELS[m]) for m in MODES],
         "hot_swap_targets": [t.pk for t in targets if (t.config or {}).get("hot_swap")],
+        "fix_note": evolution_insight_fix_note(project=project, insight=insight),
     }
     return render(request, "frontend/evolution_new.html", context, status=status)
+
+
+def _evolve_restart(request: HttpRequest, project: Project, job_id: int) -> HttpResponse:
+    """"Start again from the live release": the same job again, on what is live now (the old candidate discarded)."""
+    job = or_404(evolution_job_get, project=project, job_id=job_id)
+    try:
+        new = evolution_job_restart(job=job, user=request.user)
+    except ClearError as exc:
+        messages.error(request, exc.message)
+        return redirect("frontend:evolution-job", slug=project.slug, job_id=job.pk)
+    based = f" from release {new.base_release.release_id}" if new.base_release_id else ""
+    messages.success(request, f"Job {job.pk}'s candidate was discarded; job {new.pk} starts again{based}.")
+    return redirect("frontend:evolution-job", slug=project.slug, job_id=new.pk)
 
 
 # --- jobs -----------------------------------------------------------------------------------------------------------
@@ -417,6 +438,7 @@ def job_detail(request: HttpRequest, slug: str, job_id: int) -> HttpResponse:
         "awaiting": job.state == JobState.AWAITING_CONSENT and candidate is not None,
         "candidate": candidate, "terminal": job.state in TERMINAL_STATES,
         "fix": getattr(job, "fix", None) if job.state in (JobState.PR_OPENED, JobState.PROMOTED) else None,
+        "base": evolution_job_base(project=project, job=job),  # "based on release X" (_evolution_base.html)
     }
     return render(request, "frontend/evolution_job.html", context)
 

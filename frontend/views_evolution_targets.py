@@ -1,5 +1,5 @@
 """Evolution pages of targets and releases: register a target and edit its config (every bad field named), the
-hot-swap release history and one-click rollback.
+hot-swap release history and its rollback (run by a worker; the page polls the rollback's status JSON).
 
 Reads go through `evolution.selectors`, writes through `evolution.services` (a ClearError's message is shown as it
 is).
@@ -11,21 +11,24 @@ import json
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from clear.errors import ClearError
 from clear.projects.models import Project
 from evolution.selectors import (
     evolution_job_list,
+    evolution_rollback_get,
     evolution_target_by_id,
     evolution_target_list,
     evolution_target_releases,
+    rollback_status_data,
 )
 from evolution.services import evolution_target_update
 from evolution.services.api_actions import evolution_target_register
-from evolution.services.hot_swap import release_rollback_to_previous
+from evolution.services.rollbacks import release_rollback_request
 from frontend.views import project_for
 from frontend.views_evolution import or_404
 
@@ -113,8 +116,13 @@ def target_edit(request: HttpRequest, slug: str, target_id: int) -> HttpResponse
 @login_required
 def releases(request: HttpRequest, slug: str) -> HttpResponse:
     project = project_for(request, slug)
-    rows = [{"target": t, "releases": evolution_target_releases(project=project, target=t)}
-            for t in evolution_target_list(project=project)]
+    rows = []
+    for target in evolution_target_list(project=project):
+        record = evolution_target_releases(project=project, target=target)
+        releases_kept = record.state.releases.items() if record.state else []
+        rows.append({"target": target, "releases": record,
+                     "entries": [(release_id, info, record.rows.get(release_id)) for release_id, info in releases_kept],
+                     "rollback_running": record.rollback is not None and not record.rollback.is_done})
     context = {"project": project, "nav": "evolution", "rows": rows}
     return render(request, "frontend/evolution_releases.html", context)
 
@@ -122,18 +130,23 @@ def releases(request: HttpRequest, slug: str) -> HttpResponse:
 @login_required
 @require_POST
 def release_rollback(request: HttpRequest, slug: str, target_id: int) -> HttpResponse:
+    """Queue the rollback and come back at once: a worker swaps, reloads and re-probes; the page follows it."""
     project = project_for(request, slug)
     target = or_404(evolution_target_by_id, project=project, target_id=target_id)
     try:
-        result = release_rollback_to_previous(target=target, user=request.user,
-                                              to_release=request.POST.get("to_release", "").strip())
+        rollback = release_rollback_request(target=target, user=request.user,
+                                            to_release=request.POST.get("to_release", "").strip())
     except ClearError as exc:
         messages.error(request, exc.message)
     else:
-        if str(result.outcome) == "rolled_back":
-            messages.success(request, f"{target.name}: rolled back to {result.active_release}, which passed its "
-                                      "health check.")
-        else:
-            messages.error(request, f"{target.name}: the rollback to {result.rollback_to or '?'} ended "
-                                    f"{result.outcome} ({result.reason}): {result.detail}")
-    return redirect("frontend:evolution-releases", slug=project.slug)
+        messages.info(request, f"{target.name}: rolling back to {rollback.to_release or 'the last good release'}; "
+                               "the agent is reloaded and health-checked, this page follows it.")
+    return redirect(f"{reverse('frontend:evolution-releases', kwargs={'slug': project.slug})}#releases-{target.pk}")
+
+
+@login_required
+def release_rollback_status(request: HttpRequest, slug: str, target_id: int, rollback_id: int) -> JsonResponse:
+    project = project_for(request, slug)
+    target = or_404(evolution_target_by_id, project=project, target_id=target_id)
+    rollback = or_404(evolution_rollback_get, project=project, target=target, rollback_id=rollback_id)
+    return JsonResponse(rollback_status_data(rollback))

@@ -32,6 +32,7 @@ from diagnosis.tickets.export import CONTENT_TYPES, OUTPUTS, tickets_export
 from diagnosis.tickets.models import IssueTrackerConnection, Ticket
 from diagnosis.tickets.selectors import STATUS_FILTERS, ticket_for_insight, ticket_get, ticket_list
 from diagnosis.tickets.services import ticket_status_set
+from evolution.selectors import evolution_insight_fix_note
 from frontend.pagination import keyset_page
 from frontend.views import project_for
 from traces.selectors import trace_release_list
@@ -106,6 +107,7 @@ def insight_detail(request: HttpRequest, slug: str, insight_id: int) -> HttpResp
         "affected_nodes": sorted((insight.affected_nodes or {}).items(), key=lambda kv: (-kv[1], kv[0])),
         "ticket": ticket_for_insight(project=project, insight=insight),
         "statuses": Insight.Status.choices, "evidence_node": node,
+        "evolution_fix": evolution_insight_fix_note(project=project, insight=insight),  # _insight_fix_note.html
     }
     return render(request, "frontend/insight.html", context)
 

@@ -90,6 +90,9 @@ class JobCreateApi(ProjectApi):
         mode = serializers.ChoiceField(choices=MODES, required=False, default="pr",
                                        help_text="pr: push a branch; hot_swap: swap a release in with a health "
                                                  "check (the target needs a hot_swap config)")
+        confirm = serializers.BooleanField(required=False, default=False,
+                                           help_text="true: start even though the insight already has a live or "
+                                                     "pending fix (409 insight_fix_exists otherwise)")
 
         def validate(self, data):
             if not data.get("insight") and not data.get("ticket"):
@@ -101,7 +104,9 @@ class JobCreateApi(ProjectApi):
     @extend_schema(operation_id="evolution_jobs_create", request=InputSerializer,
                    responses={201: JobOutputSerializer,
                               404: OpenApiResponse(description="the target, insight or ticket is not in this project"),
-                              409: OpenApiResponse(description="target_busy: the target has an active job")})
+                              409: OpenApiResponse(description="target_busy: the target has an active job; "
+                                                               "insight_fix_exists: the insight has a live or "
+                                                               "pending fix and `confirm` is not true")})
     def post(self, request: Request) -> Response:
         project = self.project(request)
         values = body_valid(self.InputSerializer, request)
@@ -119,7 +124,8 @@ class JobCreateApi(ProjectApi):
             insight = insight_get(project=project, insight_id=ticket.insight_id)
         job = evolution_job_create(project=project, target=target, insight=insight, ticket=ticket,
                                    backend_name=values["backend"], backend_config=values["backend_config"],
-                                   depth=values["depth"], mode=values["mode"], created_by=request_actor(request).get("user"))
+                                   depth=values["depth"], mode=values["mode"], confirm=values["confirm"],
+                                   created_by=request_actor(request).get("user"))
         job = evolution_job_get(project=project, job_id=job.pk)
         return Response(JobOutputSerializer(job).data, status=status.HTTP_201_CREATED)
 

@@ -11,11 +11,17 @@ from clear.api.base import ProjectApi
 from clear.api.fields import json_storable
 from clear.api.pagination import PAGINATION_PARAMETERS, page_body, paginate, paginated
 from evolution.apis.common import body_valid, request_actor, request_actor_name
-from evolution.selectors import evolution_target_by_id, evolution_target_list, evolution_target_releases
+from evolution.selectors import (
+    evolution_rollback_get,
+    evolution_target_by_id,
+    evolution_target_list,
+    evolution_target_releases,
+    rollback_status_data,
+)
 from evolution.serializers import TargetOutputSerializer
 from evolution.services import evolution_target_update
 from evolution.services.api_actions import evolution_target_delete, evolution_target_register
-from evolution.services.hot_swap import release_rollback_to_previous
+from evolution.services.rollbacks import release_rollback_request
 
 
 class TargetInputSerializer(serializers.Serializer):
@@ -122,26 +128,53 @@ class TargetReleasesApi(ProjectApi):
         }).data)
 
 
+class RollbackOutputSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    target = serializers.IntegerField()
+    status = serializers.ChoiceField(choices=["queued", "running", "succeeded", "failed"],
+                                     help_text="succeeded: `current` is the release asked for and passed its health "
+                                               "probes; failed: refused, or its re-probe failed (see detail)")
+    done = serializers.BooleanField()
+    from_release = serializers.CharField(allow_blank=True, help_text="what `current` pointed at when asked")
+    to_release = serializers.CharField(allow_null=True, help_text="null: the latest healthy earlier release")
+    outcome = serializers.CharField(allow_blank=True, help_text="deploy's outcome (rolled_back, failed), or why "
+                                                                "it did not run (refused, error, worker_lost)")
+    active_release = serializers.CharField(allow_null=True, help_text="what `current` points at after it")
+    detail = serializers.CharField(allow_blank=True)
+    actor = serializers.CharField()
+    created_at = serializers.DateTimeField()
+    started_at = serializers.DateTimeField(allow_null=True)
+    finished_at = serializers.DateTimeField(allow_null=True)
+
+
 class TargetRollbackApi(ProjectApi):
-    """Swap a hot-swap target back to `to_release` (default: the most recent healthy release before the current
-    one), reload it and re-probe its health; answers when the health window has ended (the target's
-    hot_swap.health, 90 s at most by default). 409 while a job is deploying to the target."""
+    """Roll a hot-swap target back to `to_release` (default: the most recent healthy release before the current
+    one). A worker swaps, reloads the agent and re-probes its health (up to the target's hot_swap.health window);
+    the answer is at once, 202 with the rollback to follow on GET .../rollbacks/{id}/. 409 while a job is deploying
+    to the target or another rollback of it is queued or running."""
 
     class InputSerializer(serializers.Serializer):
         to_release = serializers.CharField(required=False, default="", allow_blank=True, max_length=200)
 
-    class OutputSerializer(serializers.Serializer):
-        outcome = serializers.CharField(help_text="rolled_back (current is the release asked for, healthy) or failed")
-        reason = serializers.CharField()
-        detail = serializers.CharField(allow_blank=True)
-        active_release = serializers.CharField(allow_null=True, help_text="what `current` points at now")
-        rollback_to = serializers.CharField(allow_null=True)
-
     @extend_schema(operation_id="evolution_targets_rollback", request=InputSerializer,
-                   responses={200: OutputSerializer, 409: OpenApiResponse(description="a job is deploying")})
+                   responses={202: RollbackOutputSerializer,
+                              409: OpenApiResponse(description="a job is deploying, or a rollback is running")})
     def post(self, request: Request, target_id: int) -> Response:
         target = evolution_target_by_id(project=self.project(request), target_id=target_id)
         values = body_valid(self.InputSerializer, request)
-        result = release_rollback_to_previous(target=target, to_release=values["to_release"],
-                                              actor=request_actor_name(request))
-        return Response(self.OutputSerializer(result.to_dict()).data)
+        rollback = release_rollback_request(target=target, to_release=values["to_release"],
+                                            user=request_actor(request).get("user"),
+                                            actor=request_actor_name(request))
+        return Response(RollbackOutputSerializer(rollback_status_data(rollback)).data,
+                        status=status.HTTP_202_ACCEPTED)
+
+
+class TargetRollbackDetailApi(ProjectApi):
+    """One rollback of a target: queued, running, then succeeded or failed with the deploy library's detail."""
+
+    @extend_schema(operation_id="evolution_targets_rollback_retrieve", responses=RollbackOutputSerializer)
+    def get(self, request: Request, target_id: int, rollback_id: int) -> Response:
+        project = self.project(request)
+        target = evolution_target_by_id(project=project, target_id=target_id)
+        rollback = evolution_rollback_get(project=project, target=target, rollback_id=rollback_id)
+        return Response(RollbackOutputSerializer(rollback_status_data(rollback)).data)

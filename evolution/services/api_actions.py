@@ -8,8 +8,10 @@ from django.db import transaction
 
 from clear.errors import ClearError, ConflictError
 from evolution.errors import EvolutionConfigInvalid, GitError
-from evolution.models import EvolutionJob, EvolutionTarget
-from evolution.services.jobs import audit, evolution_job_consent, evolution_job_discard, evolution_job_start
+from evolution.models import EvolutionJob, EvolutionTarget, JobState
+from evolution.services.jobs import (
+    _target_idle_check, audit, evolution_job_consent, evolution_job_discard, evolution_job_start,
+)
 from evolution.services.targets import evolution_target_add
 
 MODES = ("pr", "hot_swap")
@@ -35,10 +37,21 @@ def job_mode(job: EvolutionJob) -> str:
     return job.config_snapshot.get("mode", "pr")
 
 
+class FixExistsError(ConflictError):
+    code = "insight_fix_exists"
+
+
 def evolution_job_create(*, project, target: EvolutionTarget, insight, backend_name: str, backend_config: dict,
-                         depth: str = "standard", mode: str = "pr", ticket=None, created_by=None) -> EvolutionJob:
+                         depth: str = "standard", mode: str = "pr", ticket=None, created_by=None,
+                         confirm: bool = False) -> EvolutionJob:
     """Start a job and record how its approved candidate is promoted: `pr` (a branch pushed for review) or
-    `hot_swap` (a release swapped in with a health check, which needs the target's `hot_swap` config section)."""
+    `hot_swap` (a release swapped in with a health check, which needs the target's `hot_swap` config section).
+
+    A hot-swap job starts from the target's live release (release zero until a job is promoted), recorded as its
+    `base_release`; a PR job from the target branch's head. An insight that already has a live or pending fix
+    (`evolution_insight_fix_note`) needs `confirm=True`: 409 insight_fix_exists otherwise, naming the fix."""
+    from evolution.selectors import evolution_insight_fix_note
+
     if mode not in MODES:
         raise EvolutionConfigInvalid(f"mode: {mode!r} is not one of {', '.join(MODES)}",
                                      extra={"fields": {"mode": f"one of {', '.join(MODES)}"}})
@@ -47,13 +60,53 @@ def evolution_job_create(*, project, target: EvolutionTarget, insight, backend_n
             f"mode: target {target.name!r} has no hot_swap section in its config (activator, probes; see "
             "evolution/deploy/README.md); add one or use mode pr",
             extra={"fields": {"mode": "the target has no hot_swap config"}})
+    if not confirm:
+        _target_idle_check(target=target)  # a busy target is the first thing to say
+        note = evolution_insight_fix_note(project=project, insight=insight)
+        if note is not None:
+            raise FixExistsError(
+                f"{note.text} Start another job on insight {insight.pk} anyway? Confirm it (the form's checkbox, or "
+                "`confirm: true`).", extra={"fields": {"confirm": "this insight already has a fix; confirm to go on"},
+                                            "fix": note.to_dict()})
+    base = None
+    if mode == "hot_swap":
+        from evolution.services.hot_swap import job_base_release
+
+        try:
+            base = job_base_release(target=target)
+        except (GitError, ClearError) as exc:
+            raise EvolutionConfigInvalid(f"The live release of {target.name!r} cannot be recorded: {exc.message}",
+                                         extra={"fields": {"mode": exc.message}}) from exc
     with transaction.atomic():
-        # The first stage is sent on commit, so the mode is in the snapshot before any stage reads it.
+        # The first stage is sent on commit, so the mode and the base are set before any stage reads them.
         job = evolution_job_start(project=project, target=target, insight=insight, backend_name=backend_name,
                                   backend_config=backend_config, depth=depth, ticket=ticket, created_by=created_by)
         job.config_snapshot = {**job.config_snapshot, "mode": mode}
-        job.save(update_fields=["config_snapshot", "updated_at"])
+        fields = ["config_snapshot", "updated_at"]
+        if base is not None and base.commit:
+            job.base_release, job.base_commit = base, base.commit
+            fields += ["base_release", "base_commit"]
+            audit(job=job, actor="system", event="based_on_release",
+                  data={"release_id": base.release_id, "commit": base.commit})
+        job.save(update_fields=fields)
     return job
+
+
+def evolution_job_restart(*, job: EvolutionJob, user) -> EvolutionJob:
+    """Start again from the live release: discard the candidate of a job awaiting consent (or take an ended job)
+    and start the same job (insight, ticket, target, backend, depth, mode) on what is live now."""
+    with transaction.atomic():
+        if job.state == JobState.AWAITING_CONSENT:
+            evolution_job_discard(job=job, user=user)
+        elif not job.is_terminal:
+            raise ConflictError(f"Job {job.pk} is still running ({job.state}); start again once it has ended",
+                                code="job_wrong_state")
+        new = evolution_job_create(
+            project=job.project, target=job.target, insight=job.insight, ticket=job.ticket,
+            backend_name=job.backend_name, backend_config=job.backend_config, depth=job.depth, mode=job_mode(job),
+            created_by=user, confirm=True)
+        audit(job=new, actor=f"user:{user.pk}", event="restarted_from", data={"job": job.pk})
+    return new
 
 
 def _person(*, user, api_key, action: str):

@@ -1,6 +1,10 @@
 """Hot-swap mode of a job (evolution.md §7.3 steps 13–15, §7.11) on top of the deploy library (evolution/deploy):
 promote the approved candidate as a release, record it as a `Release` row in step with the library's state.json,
-recover a promotion whose worker died, and the release history's one-click rollback.
+recover a promotion whose worker died, and the release history's rollback (run by a task: services/rollbacks.py).
+
+Registering a hot-swap target records the code it runs as release zero (`release_zero_record`), so there is always a
+live release: a hot-swap job starts from it (`job_base_release`), and approving a job whose base is no longer live
+is refused (`hot_swap_consent_check`), since promoting it would swap that base's changes back in.
 
 state.json (written by evolution/deploy under the target's lock) stays the authority on what `current` and last-good
 are; the rows are the history the pages and the closing loop read, brought in step after every operation.
@@ -17,12 +21,15 @@ from django.utils import timezone
 
 from clear.errors import ConflictError
 from evolution.errors import EvolutionConfigInvalid
-from evolution.models import EvolutionJob, EvolutionTarget, Iteration, JobState, Release, StageRun
+from evolution.models import (
+    AuditEvent, EvolutionJob, EvolutionTarget, InsightFix, Iteration, JobState, Release, ReleaseRollback, StageRun,
+)
 
 logger = logging.getLogger(__name__)
 S = JobState
 R = Release.Status
 HOT_SWAP_STATES = (S.PROMOTING, S.HEALTH_CHECK, S.ROLLING_BACK)
+RELEASE_ZERO_PREFIX = "release-0-"
 
 
 def releases_root(*, target: EvolutionTarget) -> Path:
@@ -70,6 +77,76 @@ def releases_sync(*, target: EvolutionTarget) -> None:
                 row.save(update_fields=["status", "updated_at"])
 
 
+def live_release(*, target: EvolutionTarget) -> Release | None:
+    """The Release row `current` points at (the rows brought in step first); None before any release."""
+    from evolution.deploy import release_current_get
+
+    root = releases_root(target=target)
+    current = release_current_get(releases_root=root) if root.exists() else None
+    if current is None:
+        return None
+    releases_sync(target=target)
+    return Release.objects.filter(target=target, release_id=current).first()
+
+
+def release_zero_record(*, target: EvolutionTarget) -> Release | None:
+    """Record the code a hot-swap target runs now, its default branch's head, as release zero: staged under the
+    releases root, `current` and last good. The first promotion then has a release to roll back to, and the first
+    job's base is a release. Nothing is started or probed: the agent keeps running as it did. A root that already has
+    a current release is only brought in step. None for a target without a hot_swap section."""
+    from evolution import git
+    from evolution.deploy import (
+        release_current_get, release_lock, release_mark_healthy, release_stage, release_swap,
+    )
+    from evolution.services.workspace import mirror_path
+
+    if not (target.config or {}).get("hot_swap"):
+        return None
+    root = releases_root(target=target)
+    with release_lock(root, timeout_s=30):
+        if release_current_get(releases_root=root) is None:
+            mirror = mirror_path(target_id=target.pk)
+            git.repo_mirror_sync(source=target.source, mirror_path=mirror)
+            branch = target.default_branch or "HEAD"
+            commit = git.repo_commit_resolve(repo_path=mirror, ref=branch)
+            release_id = f"{RELEASE_ZERO_PREFIX}{commit[:12]}"
+            release_stage(releases_root=root, release_id=release_id, repo_path=mirror, commit=commit)
+            release_swap(releases_root=root, release_id=release_id, kind="manual",
+                         reason=f"release zero: {target.name}'s {branch} at registration (the code it runs; "
+                                "recorded, not reloaded)")
+            release_mark_healthy(releases_root=root, release_id=release_id)
+            logger.info("evolution.release_zero target=%s release=%s", target.pk, release_id)
+    return live_release(target=target)
+
+
+def job_base_release(*, target: EvolutionTarget) -> Release | None:
+    """The release a new hot-swap job starts from: the live one (release zero is recorded first if the target has
+    none yet, e.g. one registered before release zero existed)."""
+    return live_release(target=target) or release_zero_record(target=target)
+
+
+def hot_swap_consent_check(*, job: EvolutionJob) -> None:
+    """Refuse to approve a hot-swap job while its target rolls back, or when the release it was built on is no
+    longer live (a rollback since): its candidate carries that release's changes, so promoting it would put them
+    back. The job can start again from the live release (`evolution_job_restart`)."""
+    rollback = ReleaseRollback.objects.filter(target_id=job.target_id, status__in=ReleaseRollback.ACTIVE).first()
+    if rollback is not None:
+        raise ConflictError(f"{job.target.name!r} is rolling back (rollback {rollback.pk}, {rollback.status}); "
+                            "approve when it has finished", code="rollback_in_progress",
+                            extra={"rollback": rollback.pk})
+    if job.base_release_id is None:
+        return
+    live = live_release(target=job.target)
+    if live is None or live.pk != job.base_release_id:
+        base = job.base_release.release_id if job.base_release else "?"
+        now = live.release_id if live else "no release"
+        raise ConflictError(
+            f"Job {job.pk} was built on release {base}, but {now} is live now: its candidate carries {base}'s "
+            "changes too, so approving it would swap them back in. Start again from the live release, or discard "
+            "this candidate.",
+            code="base_not_live", extra={"base_release": base, "live_release": live.release_id if live else None})
+
+
 def _row_set(*, target: EvolutionTarget, release_id: str, status: str, report: dict | None = None) -> None:
     fields = {"status": status, "updated_at": timezone.now()}
     if report is not None:
@@ -96,6 +173,12 @@ def hot_swap_job_promote(*, job: EvolutionJob, stage_run: StageRun, best: Iterat
     plan = _plan(config=config, root=root)
     release_id = f"job-{job.pk}-{best.candidate_commit[:12]}"
     previous = release_current_get(releases_root=root) if root.exists() else None
+    base = Release.objects.filter(pk=job.base_release_id).first() if job.base_release_id else None
+    if base is not None and base.release_id != previous:  # rolled back between consent and this stage
+        finish(job=job, to_state=S.FAILED, reason="base_not_live",
+               error=f"The job was built on release {base.release_id}, but {previous or 'no release'} is live now; "
+                     "nothing was swapped. Start again from the live release.")
+        return "base_not_live"
     Release.objects.update_or_create(target=target, release_id=release_id, defaults={
         "job": job, "commit": best.candidate_commit, "path": str(root / "releases" / release_id), "status": R.STAGED,
         "previous": Release.objects.filter(target=target, release_id=previous).first() if previous else None})
@@ -152,6 +235,28 @@ def hot_swap_job_recover(*, job: EvolutionJob) -> str:
     return f"hot-swap recovery: {result.outcome} ({result.reason}), active release {result.active_release}"
 
 
+def releases_undone_mark(*, target: EvolutionTarget, to_release: str, by: str) -> list[str]:
+    """After a rollback to `to_release`, every release swapped in after it is undone: rolled_back, and the fixes
+    they carried no longer live (their InsightFix rolled_back, an audit event on their jobs)."""
+    to_row = Release.objects.filter(target=target, release_id=to_release).first()
+    if to_row is None:
+        return []
+    undone = list(Release.objects.filter(target=target, pk__gt=to_row.pk, status__in=[R.ACTIVE, R.SUPERSEDED])
+                  .select_related("job"))
+    with transaction.atomic():
+        for row in undone:
+            row.status = R.ROLLED_BACK
+            row.save(update_fields=["status", "updated_at"])
+            if row.job is None:
+                continue
+            InsightFix.objects.filter(job_id=row.job_id).exclude(status=InsightFix.Status.ROLLED_BACK) \
+                .update(status=InsightFix.Status.ROLLED_BACK, updated_at=timezone.now())
+            AuditEvent.objects.create(job=row.job, actor=by, event="release_rolled_back", from_state=row.job.state,
+                                      to_state=row.job.state,
+                                      data={"release_id": row.release_id, "to_release": to_release})
+    return [row.release_id for row in undone]
+
+
 def release_rollback_to_previous(*, target: EvolutionTarget, user=None, to_release: str | None = None,
                                  actor: str = ""):
     """The release history's one-click rollback: swap `current` to the most recent healthy earlier release (or
@@ -178,10 +283,15 @@ def release_rollback_to_previous(*, target: EvolutionTarget, user=None, to_relea
         raise ConflictError(exc.message, code=exc.code, extra=getattr(exc, "extra", None)) from exc
     releases_sync(target=target)
     if before and before != result.active_release:
+        releases_undone_mark(target=target, to_release=result.active_release, by=who)
         _row_set(target=target, release_id=before, status=R.ROLLED_BACK)
     healthy = str(result.outcome) == "rolled_back"
     _row_set(target=target, release_id=result.active_release, status=R.ACTIVE if healthy else R.FAILED,
              report={**result.to_dict(), "by": who})
+    if healthy:  # back on a release a job promoted (a roll forward): its fix is live again
+        InsightFix.objects.filter(job__releases__target=target, job__releases__release_id=result.active_release,
+                                  status=InsightFix.Status.ROLLED_BACK) \
+            .update(status=InsightFix.Status.WATCHING, updated_at=timezone.now())
     logger.info("evolution.release_rollback target=%s from=%s to=%s outcome=%s", target.pk, before,
                 result.active_release, result.outcome)
     return result

@@ -94,5 +94,7 @@ def worktrees_prune() -> list[str]:
 
 
 def janitor_run() -> dict:
+    from evolution.services.rollbacks import rollbacks_janitor
+
     return {"failed": jobs_fail_stale(), "resent": jobs_resend_queued(), "expired": consent_expire(),
-            "pruned": worktrees_prune()}
+            "pruned": worktrees_prune(), **rollbacks_janitor()}

@@ -193,6 +193,10 @@ def evolution_job_consent(*, job: EvolutionJob, user, patch_sha256: str) -> Evol
         raise ConflictError(
             f"The approved patch hash {patch_sha256[:12]}… is not the candidate's ({best.patch_sha256[:12]}…); "
             "review the current diff and approve again", code="patch_changed")
+    if job.config_snapshot.get("mode") == "hot_swap":
+        from evolution.services.hot_swap import hot_swap_consent_check
+
+        hot_swap_consent_check(job=job)  # its base must still be live, and no rollback running
     job = job_transition(job_id=job.pk, from_states=[S.AWAITING_CONSENT], to_state=S.PROMOTING,
                          actor=f"user:{user.pk}", event="consented",
                          data={"patch_sha256": patch_sha256, "iteration": best.n},

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
 import tempfile
 from pathlib import Path
@@ -14,6 +15,8 @@ from evolution import git
 from evolution.config import target_config_validate
 from evolution.errors import EvolutionConfigInvalid, EvolutionError
 from evolution.models import TERMINAL_STATES, EvolutionTarget
+
+logger = logging.getLogger(__name__)
 
 URL_RE = re.compile(r"^(?:https?|ssh|git|file)://|^[\w.-]+@[\w.-]+:")
 
@@ -69,11 +72,24 @@ def evolution_target_add(*, project, name: str, source: str, config: dict | None
     validated = target_config_validate(config)
     try:
         with transaction.atomic():
-            return EvolutionTarget.objects.create(
+            target = EvolutionTarget.objects.create(
                 project=project, name=name, source=source, default_branch=default_branch.strip(),
                 push_url=push_url.strip(), config=validated.model_dump(exclude_none=True), created_by=created_by)
     except IntegrityError as exc:
         raise ConflictError(f"A target named {name!r} already exists in this project", code="target_exists") from exc
+    _release_zero(target)
+    return target
+
+
+def _release_zero(target: EvolutionTarget) -> None:
+    """A hot-swap target's current code becomes release zero (current and last good) as it is registered; if that
+    fails, the first hot-swap job records it instead (and says why if it cannot)."""
+    from evolution.services.hot_swap import release_zero_record
+
+    try:
+        release_zero_record(target=target)
+    except Exception:
+        logger.exception("evolution: recording release zero of target %s failed; the first job records it", target.pk)
 
 
 def evolution_target_update(*, target: EvolutionTarget, config: dict | None = None, source: str | None = None,

@@ -213,7 +213,7 @@ def test_another_projects_objects_are_404_and_no_key_is_401(api, outsider_projec
         assert response.status_code == 401 and response.json()["code"] == "missing_credentials"
 
 
-def test_a_hot_swap_targets_releases_and_rollback(api, project, tmp_path):
+def test_a_hot_swap_targets_releases_and_rollback(api, project, tmp_path, django_capture_on_commit_callbacks):
     from evolution.models import EvolutionTarget
     from tests.evolution.fixture_repo import CONFIG as ROUTER_CONFIG
     from tests.frontend.test_evolution_pages import HOT_SWAP, activator_stop, releases_made
@@ -231,9 +231,14 @@ def test_a_hot_swap_targets_releases_and_rollback(api, project, tmp_path):
     assert (record["current"], record["last_good"]) == ("r2", "r1")
     assert [h["to_release"] for h in record["history"]] == ["r2", "r1"]
     try:
-        rolled = api.post(f"{TARGETS}{hot.pk}/rollback/", {}, format="json")  # default: the last healthy one
-        assert rolled.status_code == 200, rolled.content
-        assert (rolled.json()["outcome"], rolled.json()["active_release"]) == ("rolled_back", "r1")
+        # Answered at once (a worker rolls back, here eagerly on commit); default: the last healthy release.
+        with django_capture_on_commit_callbacks(execute=True):
+            rolled = api.post(f"{TARGETS}{hot.pk}/rollback/", {}, format="json")
+        assert rolled.status_code == 202, rolled.content
+        assert (rolled.json()["status"], rolled.json()["from_release"], rolled.json()["to_release"]) == (
+            "queued", "r2", None)
+        done = api.get(f"{TARGETS}{hot.pk}/rollbacks/{rolled.json()['id']}/").json()
+        assert (done["status"], done["outcome"], done["active_release"]) == ("succeeded", "rolled_back", "r1"), done
     finally:
         activator_stop(hot)
     record = api.get(f"{TARGETS}{hot.pk}/releases/").json()

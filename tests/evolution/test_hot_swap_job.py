@@ -51,7 +51,7 @@ def promote(project, owner, hot_target, refund_insight, tmp_path, django_capture
         with django_capture_on_commit_callbacks(execute=True):
             job = evolution_job_create(project=project, target=hot_target, insight=refund_insight,
                                        backend_name="scripted", backend_config={"script_path": str(script)},
-                                       depth="shallow", mode="hot_swap")
+                                       depth="shallow", mode="hot_swap", confirm=True)
         job.refresh_from_db()
         assert job.state == "AWAITING_CONSENT", (job.terminal_reason, job.error)
         with django_capture_on_commit_callbacks(execute=True):
@@ -80,49 +80,58 @@ def test_promote_rollback_and_a_failed_rollback_through_jobs(promote, hot_target
     root = releases_root(target=hot_target)
     assert root == tmp_path / "releases-elsewhere" / str(hot_target.pk)
 
+    # The releases root moved since the target was registered: the first job records release zero there.
     job1, r1 = promote(FIXED_BRANCH, "one")
     assert (job1.state, job1.terminal_reason) == ("PROMOTED", "healthy"), job1.error
+    r0 = job1.base_release.release_id
+    assert r0.startswith("release-0-") and job1.base_release.job is None
     assert _path(job1)[-3:] == ["PROMOTING", "HEALTH_CHECK", "PROMOTED"]
     assert release_current_get(releases_root=root) == r1 and (root / "current").resolve().name == r1
     row1 = Release.objects.get(target=hot_target, release_id=r1)
-    assert (row1.status, row1.job, row1.commit, row1.previous) == ("active", job1, job1.best_iteration.candidate_commit,
-                                                                    None)
+    assert (row1.status, row1.job, row1.commit, row1.previous.release_id) == (
+        "active", job1, job1.best_iteration.candidate_commit, r0)
     assert row1.activated_at and row1.health_report["health"]["healthy"]
     fix = InsightFix.objects.get(job=job1)  # the loop watches the release carrying the fix
     assert (fix.release, fix.status, fix.insight_id) == (r1, "watching", job1.insight_id)
+    assert _statuses(hot_target) == {r0: "superseded", r1: "active"}
 
-    job2, r2 = promote(FIXED_AGAIN, "two")
-    assert (job2.state, job2.terminal_reason) == ("PROMOTED", "healthy"), job2.error
-    assert _statuses(hot_target) == {r1: "superseded", r2: "active"}
-    assert Release.objects.get(release_id=r2).previous.release_id == r1
-
-    # The release history's one-click rollback: back to r1, re-probed healthy.
+    # The release history's rollback: back to release zero, re-probed healthy; job 1's fix is no longer live.
     result = release_rollback_to_previous(target=hot_target, user=owner)
-    assert (str(result.outcome), result.active_release) == ("rolled_back", r1)
-    assert release_current_get(releases_root=root) == r1
-    assert _statuses(hot_target) == {r1: "active", r2: "rolled_back"}
+    assert (str(result.outcome), result.active_release) == ("rolled_back", r0)
+    assert release_current_get(releases_root=root) == r0
+    assert _statuses(hot_target) == {r0: "active", r1: "rolled_back"}
+    assert InsightFix.objects.get(job=job1).status == "rolled_back"
+    assert AuditEvent.objects.filter(job=job1, event="release_rolled_back", data__to_release=r0).exists()
 
-    # §7.14 scenario 9: the health command fails in the new release → ROLLED_BACK, current back on r1, re-probe passes.
+    # The next job starts from the live release, release zero.
+    job2, r2 = promote(FIXED_AGAIN, "two")
+    assert (job2.state, job2.terminal_reason, job2.base_release.release_id) == ("PROMOTED", "healthy", r0), job2.error
+    assert _statuses(hot_target) == {r0: "superseded", r1: "rolled_back", r2: "active"}
+    assert Release.objects.get(release_id=r2).previous.release_id == r0
+    result = release_rollback_to_previous(target=hot_target, user=owner)
+    assert (str(result.outcome), result.active_release) == ("rolled_back", r0)
+
+    # §7.14 scenario 9: the health command fails in the new release → ROLLED_BACK, current back on r0, re-probe passes.
     job3, r3 = promote(HEALTH_BREAKING, "three")
     assert (job3.state, job3.terminal_reason) == ("ROLLED_BACK", "health_failed"), job3.error
     assert _path(job3)[-4:] == ["PROMOTING", "HEALTH_CHECK", "ROLLING_BACK", "ROLLED_BACK"]
-    assert release_current_get(releases_root=root) == r1
+    assert release_current_get(releases_root=root) == r0
     report = _report(job3)
-    assert not report["health"]["healthy"] and report["rollback_to"] == r1 and report["rollback_health"]["healthy"]
-    assert _statuses(hot_target) == {r1: "active", r2: "rolled_back", r3: "rolled_back"}
+    assert not report["health"]["healthy"] and report["rollback_to"] == r0 and report["rollback_health"]["healthy"]
+    assert _statuses(hot_target) == {r0: "active", r1: "rolled_back", r2: "rolled_back", r3: "rolled_back"}
     assert not InsightFix.objects.filter(job=job3).exists()
 
-    # A rollback that itself fails: the shared dependency is down, so r1 fails its re-probe too.
+    # A rollback that itself fails: the shared dependency is down, so r0 fails its re-probe too.
     (root / "outage").write_text("database down\n")
     job4, r4 = promote(FIXED_AGAIN, "four")
     assert (job4.state, job4.terminal_reason) == ("FAILED", "rollback_unhealthy")
     assert _path(job4)[-4:] == ["PROMOTING", "HEALTH_CHECK", "ROLLING_BACK", "FAILED"]
-    assert f"rolled back to {r1}, but it is unhealthy too" in job4.error and "needs a person" in job4.error
-    assert release_current_get(releases_root=root) == r1
+    assert f"rolled back to {r0}, but it is unhealthy too" in job4.error and "needs a person" in job4.error
+    assert release_current_get(releases_root=root) == r0
     assert not _report(job4)["rollback_health"]["healthy"]
     assert _statuses(hot_target)[r4] == "rolled_back"
     state = release_state_get(releases_root=root)
-    assert state.pending is None and state.releases[r1].status == "unhealthy"
+    assert state.pending is None and state.releases[r0].status == "unhealthy"
 
 
 def test_every_transition_of_a_hot_swap_job_reaches_a_webhook(promote, project, issued_key):

@@ -266,8 +266,10 @@ HEALTH_BREAKING_BRANCH = FIXED_BRANCH + '''    if "hello" in text:
 
 def test_hot_swap_promotes_a_healthy_release_and_rolls_an_unhealthy_one_back(
         project, owner, router_remote, refund_insight, tmp_path, django_capture_on_commit_callbacks):
-    """§7.14 scenarios 1 (hot-swap half) and 9: the second candidate passes every trial but fails its health check
-    (no task says "hello"), so `current` goes back to the first release, whose re-probe passes."""
+    """§7.14 scenarios 9 and 1 (hot-swap half): registering the target records its code as release zero, so even
+    the first candidate, which passes every trial but fails its health check (no task says "hello"), has a release
+    to go back to: `current` returns to release zero, whose re-probe passes. The next job, based on release zero
+    again, is promoted."""
     from evolution.deploy import release_state_get
     from evolution.selectors import evolution_target_releases_root
     from evolution.services import evolution_target_add
@@ -276,8 +278,10 @@ def test_hot_swap_promotes_a_healthy_release_and_rolls_an_unhealthy_one_back(
     target = evolution_target_add(project=project, name="router-hot", source=str(router_remote),
                                   config={**CONFIG, "hot_swap": HOT_SWAP})
     root = evolution_target_releases_root(target=target)
+    zero = (root / "current").resolve().name
+    assert zero.startswith("release-0-") and release_state_get(releases_root=root).last_good == zero
     try:
-        for n, branch in enumerate((FIXED_BRANCH, HEALTH_BREAKING_BRANCH)):
+        for n, branch in enumerate((HEALTH_BREAKING_BRANCH, FIXED_BRANCH)):
             script = script_write(tmp_path / f"hot-{n}.json", happy_entries(replace_edit(branch)))
             with django_capture_on_commit_callbacks(execute=True):
                 job = evolution_job_create(project=project, target=target, insight=refund_insight,
@@ -285,20 +289,21 @@ def test_hot_swap_promotes_a_healthy_release_and_rolls_an_unhealthy_one_back(
                                            depth="shallow", mode="hot_swap")
             job.refresh_from_db()
             assert job.state == "AWAITING_CONSENT", (job.terminal_reason, job.error)
+            assert job.base_release.release_id == zero and job.base_commit == job.base_release.commit
             with django_capture_on_commit_callbacks(execute=True):
                 evolution_job_consent(job=job, user=owner, patch_sha256=job.best_iteration.patch_sha256)
             job.refresh_from_db()
             release = f"job-{job.pk}-{job.best_iteration.candidate_commit[:12]}"
             if n == 0:
+                assert (job.state, job.terminal_reason) == ("ROLLED_BACK", "health_failed"), job.error
+                assert _path(job)[-3:] == ["HEALTH_CHECK", "ROLLING_BACK", "ROLLED_BACK"]
+                assert (root / "current").resolve().name == zero
+                report = json.loads(artifact_read(artifact=Artifact.objects.get(job=job, kind="health_report")))
+                assert report["rollback_to"] == zero and report["rollback_health"]["healthy"]
+            else:
                 assert (job.state, job.terminal_reason) == ("PROMOTED", "healthy"), job.error
                 first = release
                 assert (root / "current").resolve().name == first
-            else:
-                assert (job.state, job.terminal_reason) == ("ROLLED_BACK", "health_failed"), job.error
-                assert _path(job)[-3:] == ["HEALTH_CHECK", "ROLLING_BACK", "ROLLED_BACK"]
-                assert (root / "current").resolve().name == first
-                report = json.loads(artifact_read(artifact=Artifact.objects.get(job=job, kind="health_report")))
-                assert report["rollback_to"] == first and report["rollback_health"]["healthy"]
         state = release_state_get(releases_root=root)
         assert state.last_good == first
         assert [b for b in _branches(router_remote) if b.startswith("evo/")] == []  # no PR in hot-swap mode

@@ -303,7 +303,7 @@ def activator_stop(target) -> None:
         .activator.stop()
 
 
-def test_release_history_and_one_click_rollback(client, project, tmp_path):
+def test_release_history_and_one_click_rollback(client, project, tmp_path, django_capture_on_commit_callbacks):
     plain = EvolutionTarget.objects.create(project=project, name="plain", source="/x", config=CONFIG)
     hot = EvolutionTarget.objects.create(project=project, name="desk", source="/x",
                                          config={**CONFIG, "hot_swap": HOT_SWAP})
@@ -322,9 +322,15 @@ def test_release_history_and_one_click_rollback(client, project, tmp_path):
     assert f"Job {job.pk} is deploying" in refused.content.decode()
     EvolutionJob.objects.filter(pk=job.pk).update(state="PROMOTED")
     try:
-        done = client.post(_url(project, f"releases/{hot.pk}/rollback/"), {"to_release": "r1"}, follow=True)
-        body = done.content.decode()
-        assert "rolled back to r1, which passed its health check" in body, body[:3000]
+        # The request only queues it (a worker runs it, here eagerly on commit); the page shows its status.
+        with django_capture_on_commit_callbacks(execute=True) as callbacks:
+            queued = client.post(_url(project, f"releases/{hot.pk}/rollback/"), {"to_release": "r1"}, follow=True)
+            html = queued.content.decode()
+            assert "rolling back to r1" in html and 'data-status="queued"' in html and "data-evolution-poll" in html
+        assert len(callbacks) == 1
+        body = client.get(_url(project, "releases/")).content.decode()
+        assert 'data-testid="rollback-status" data-status="succeeded"' in body and "data-evolution-poll" not in body
+        assert "back on r1, which passed its health check" in body, body[:3000]
         assert 'data-testid="current-release">r1<' in body and "manual rollback by alice@example.com" in body
         assert (evolution_target_releases_root(target=hot) / "current").resolve().name == "r1"
     finally:

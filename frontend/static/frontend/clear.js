@@ -93,12 +93,11 @@
   }
 })();
 
-// Evolution job page: poll the job's status JSON every 2 s; reload when its state moves (the page is rendered by
-// the server), stop when it ends. The Evolve form: a fixture radio fills the script path.
+// Evolution job page (and a rollback on the releases page): poll the status JSON every 2 s; reload when its state
+// moves (the page is rendered by the server), stop when it ends. The Evolve form: a fixture radio fills the script path.
 (function () {
   "use strict";
-  var live = document.querySelector("[data-evolution-poll]");
-  if (live) {
+  document.querySelectorAll("[data-evolution-poll]").forEach(function (live) {
     var url = live.getAttribute("data-evolution-poll");
     var version = live.getAttribute("data-state-version");
     var failures = 0;
@@ -121,7 +120,7 @@
         });
     };
     window.setTimeout(tick, 2000);
-  }
+  });
   document.querySelectorAll("input[type=radio][data-fills]").forEach(function (radio) {
     radio.addEventListener("change", function () {
       var input = document.getElementById(radio.getAttribute("data-fills"));
