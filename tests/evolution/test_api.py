@@ -244,3 +244,44 @@ def test_a_hot_swap_targets_releases_and_rollback(api, project, tmp_path, django
     record = api.get(f"{TARGETS}{hot.pk}/releases/").json()
     assert record["current"] == "r1" and record["history"][0]["kind"] == "manual"
     assert record["history"][0]["reason"].startswith("manual rollback by api_key:")
+
+
+def test_evolve_on_an_insight_with_a_fix_on_its_way_needs_confirm(api, project, router_target, refund_insight,
+                                                                  script):
+    """A PR pushed and not marked merged is a fix on its way: starting another job on the insight is a 409 naming
+    it until the client confirms."""
+    EvolutionJob.objects.create(project=project, target=router_target, insight=refund_insight,
+                                backend_name="scripted", state="PR_OPENED", pr_branch="evo/1/1")
+    refused = api.post(JOBS, _job_body(router_target, refund_insight, script), format="json")
+    assert refused.status_code == 409, refused.content
+    body = refused.json()
+    assert body["code"] == "insight_fix_exists" and "evo/1/1" in body["message"] and "confirm" in body["message"]
+    assert body["extra"]["fix"]["kind"] == "pending"
+    started = api.post(JOBS, _job_body(router_target, refund_insight, script, confirm=True), format="json")
+    assert started.status_code == 201, started.content
+    assert started.json()["base_release"] is None and started.json()["release_rolled_back"] is False
+
+
+def test_a_rollback_is_claimed_once_and_one_runs_per_target(project, owner, tmp_path):
+    """A redelivered rollback message does nothing (the queued row is claimed by a conditional update); a second
+    request while one is queued is a 409."""
+    from clear.errors import ConflictError
+    from evolution.models import EvolutionTarget, ReleaseRollback
+    from evolution.services.rollbacks import release_rollback_request, release_rollback_run
+    from tests.evolution.fixture_repo import CONFIG as ROUTER_CONFIG
+    from tests.frontend.test_evolution_pages import HOT_SWAP, activator_stop, releases_made
+
+    hot = EvolutionTarget.objects.create(project=project, name="hot", source="/x",
+                                         config={**ROUTER_CONFIG, "hot_swap": HOT_SWAP})
+    releases_made(target=hot, tmp_path=tmp_path)
+    rollback = release_rollback_request(target=hot, user=owner)  # its task is sent on commit: never, here
+    with pytest.raises(ConflictError, match="already rolling back"):
+        release_rollback_request(target=hot, user=owner)
+    try:
+        assert release_rollback_run(rollback_id=rollback.pk) == "rolled_back"
+        assert "not queued" in release_rollback_run(rollback_id=rollback.pk)
+    finally:
+        activator_stop(hot)
+    rollback.refresh_from_db()
+    assert (rollback.status, rollback.from_release, rollback.active_release) == ("succeeded", "r2", "r1")
+    assert ReleaseRollback.objects.count() == 1
