@@ -20,7 +20,7 @@ from diagnosis.models import (
     Rubric,
     RunTrace,
 )
-from evolution.models import EvolutionJob, EvolutionTarget
+from evolution.models import EvolutionJob, EvolutionTarget, ReleaseRollback
 from evolution.services.workspace import artifact_store
 from traces.models import Score, Span, Trace
 
@@ -66,6 +66,7 @@ class ProjectData:
     target: EvolutionTarget
     job: EvolutionJob
     artifact: object
+    rollback: ReleaseRollback
     marker: str  # in every name and title of this project's objects: another project's reads must not show it
 
     def client(self) -> APIClient:
@@ -110,9 +111,11 @@ def make_project_data(project, user) -> ProjectData:
     job = EvolutionJob.objects.create(project=project, target=target, insight=insight, ticket=ticket,
                                       backend_name="scripted", backend_config={"script": {"entries": []}})
     artifact = artifact_store(job=job, kind="plan", name="plan.json", content={"plan": marker})
+    rollback = ReleaseRollback.objects.create(target=target, actor=marker, status=ReleaseRollback.Status.FAILED,
+                                              detail=f"refused {marker}")
     return ProjectData(project=project, key=key, trace=trace, run=run, feedback=feedback, rubric=rubric,
                        webhook=webhook, delivery=delivery, insight=insight, statement=statement, evidence=evidence,
-                       ticket=ticket, target=target, job=job, artifact=artifact,
+                       ticket=ticket, target=target, job=job, artifact=artifact, rollback=rollback,
                        marker=marker)
 
 

@@ -33,6 +33,7 @@ PATH_OBJECTS = {
     "target_id": lambda data: data.target.id,
     "job_id": lambda data: data.job.id,
     "artifact_id": lambda data: data.artifact.id,
+    "rollback_id": lambda data: data.rollback.id,
 }
 # The row field that identifies each list's objects, and that object in a project's data.
 LISTS = {
