@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tests.support.browser import screenshot
+
 PASSWORD = "correct horse battery staple"
 
 
@@ -30,3 +32,24 @@ def describe(violations: list[dict]) -> str:
         for node in v["nodes"][:5]:
             lines.append(f"    {node['target']} {node.get('failureSummary', '')[:300]}")
     return "\n".join(lines)
+
+
+class Checker:
+    """Every page: a title, the landmarks, no serious or critical axe violation, a screenshot. Violations are
+    collected and reported together at the end, so one run shows every page's problems."""
+
+    def __init__(self, page, axe_path):
+        self.page, self.axe_path, self.problems = page, axe_path, []
+
+    def __call__(self, name: str) -> None:
+        page = self.page
+        assert page.title().endswith("· Clear"), page.title()
+        for landmark in ("header", "nav", "main"):
+            assert page.locator(landmark).count() >= 1, f"{name}: no <{landmark}>"
+        violations = axe_violations(page, self.axe_path)
+        screenshot(page, name)
+        if violations:
+            self.problems.append(f"{name}:\n{describe(violations)}")
+
+    def assert_clean(self) -> None:
+        assert not self.problems, "\n".join(self.problems)

@@ -8,32 +8,11 @@ import re
 import pytest
 
 from tests.frontend.conftest import EVIL_TRACE_ID, evil_otlp_body, seed_project
-from tests.frontend.support import axe_violations, describe, login
+from tests.frontend.support import Checker, login
 from tests.support.browser import screenshot
 from traces.models import Trace
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-
-class Checker:
-    """Every page: a title, the landmarks, no serious or critical axe violation, a screenshot. Violations are
-    collected and reported together at the end, so one run shows every page's problems."""
-
-    def __init__(self, page, axe_path):
-        self.page, self.axe_path, self.problems = page, axe_path, []
-
-    def __call__(self, name: str) -> None:
-        page = self.page
-        assert page.title().endswith("· Clear"), page.title()
-        for landmark in ("header", "nav", "main"):
-            assert page.locator(landmark).count() >= 1, f"{name}: no <{landmark}>"
-        violations = axe_violations(page, self.axe_path)
-        screenshot(page, name)
-        if violations:
-            self.problems.append(f"{name}:\n{describe(violations)}")
-
-    def assert_clean(self) -> None:
-        assert not self.problems, "\n".join(self.problems)
 
 
 def test_walk_through_every_page(live_server, page, project, owner, settings, axe_path):

@@ -16,7 +16,7 @@ from diagnosis.tickets.body import md_escape
 from diagnosis.tickets.models import Ticket
 from tests.frontend.conftest import seed_project
 from tests.frontend.support import axe_violations, describe, login
-from tests.frontend.test_browser import Checker
+from tests.frontend.support import Checker
 from tests.support.browser import screenshot
 from tests.support.worker import use_broker
 

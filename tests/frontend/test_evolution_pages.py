@@ -438,8 +438,7 @@ def test_evolve_the_mediator_race_insight_in_the_browser(live_server, page, cele
     from examples.support_desk.target_repo import target_repo_make
     from tests.diagnosis.support import support_desk_ingest
     from tests.evolution.support import insight_for_traces
-    from tests.frontend.support import axe_violations, describe, login
-    from tests.support.browser import screenshot
+    from tests.frontend.support import Checker, login
     from traces.models import Trace
 
     target_repo_make(dest=tmp_path / "desk")  # mediator_race and retry_loop built in, misroute fixed
@@ -449,18 +448,9 @@ def test_evolve_the_mediator_race_insight_in_the_browser(live_server, page, cele
     insight = insight_for_traces(project=project, node="mediator",
                                  traces=list(Trace.objects.filter(project=project, outcome="failure")),
                                  title="The mediator drops a finding when two tool results complete together")
-    problems: list[str] = []
+    check = Checker(page, axe_path)
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
-
-    def check(name: str) -> None:
-        assert page.title().endswith("· Clear"), page.title()
-        for landmark in ("header", "nav", "main"):
-            assert page.locator(landmark).count() >= 1, f"{name}: no <{landmark}>"
-        violations = axe_violations(page, axe_path)
-        screenshot(page, name)
-        if violations:
-            problems.append(f"{name}:\n{describe(violations)}")
 
     login(page, live_server.url)
     base = f"{live_server.url}/p/{project.slug}/evolution"
@@ -521,7 +511,7 @@ def test_evolve_the_mediator_race_insight_in_the_browser(live_server, page, cele
     page.goto(base + "/releases/")
     check("evolution-releases")
     assert not errors, errors
-    assert not problems, "\n".join(problems)
+    check.assert_clean()
 
 
 

@@ -60,8 +60,7 @@ def test_issue_19_acceptance_releases_rollback_and_a_second_job_on_the_live_rele
     from examples.support_desk.target_repo import EVOLUTION_CONFIG, target_repo_make
     from tests.diagnosis.support import support_desk_ingest
     from tests.evolution.support import insight_for_traces
-    from tests.frontend.support import axe_violations, describe, login
-    from tests.support.browser import screenshot
+    from tests.frontend.support import Checker, login
     from traces.models import Trace
 
     target_repo_make(dest=tmp_path / "desk")  # mediator_race and retry_loop built in
@@ -80,18 +79,9 @@ def test_issue_19_acceptance_releases_rollback_and_a_second_job_on_the_live_rele
               "hot_swap": {**EVOLUTION_CONFIG["hot_swap"],
                            "health": {"interval_s": 1, "window_s": 30, "passes_required": 2}}}
 
-    problems: list[str] = []
+    check = Checker(page, axe_path)
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
-
-    def check(name: str) -> None:
-        assert page.title().endswith("· Clear"), page.title()
-        for landmark in ("header", "nav", "main"):
-            assert page.locator(landmark).count() >= 1, f"{name}: no <{landmark}>"
-        violations = axe_violations(page, axe_path)
-        screenshot(page, name)
-        if violations:
-            problems.append(f"{name}:\n{describe(violations)}")
 
     def evolve(insight, script: str) -> EvolutionJob:
         page.goto(f"{live_server.url}/p/{project.slug}/insights/{insight.pk}/")
@@ -218,4 +208,4 @@ def test_issue_19_acceptance_releases_rollback_and_a_second_job_on_the_live_rele
     finally:
         hot_swap_config_validate(target.config["hot_swap"]).build(releases_root=root).activator.stop()
     assert not errors, errors
-    assert not problems, "\n".join(problems)
+    check.assert_clean()

@@ -174,7 +174,7 @@ def test_script_in_an_evidence_quote_is_escaped(insighted, owner):
 def test_browser_walk_from_overview_to_the_cited_span(live_server, page, project, owner, settings, axe_path):
     from tests.frontend.conftest import seed_project
     from tests.frontend.support import login
-    from tests.frontend.test_browser import Checker
+    from tests.frontend.support import Checker
 
     settings.CLEAR_JUDGE_MODEL = ""
     insights_build(run=seed_project(project).run)
