@@ -7,6 +7,7 @@ trials, verdict, promote).
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import threading
 import uuid
@@ -35,6 +36,9 @@ ROLE_STAGES = ("locate", "plan", "plan_review", "implement", "code_review")
 SANDBOX_STAGES = ("baseline", "check", "trials")  # prepare records the level it chose itself
 
 _eager = threading.local()
+# The stage run whose handler is executing: a state change it makes closes it in the same transaction, so that no
+# reader sees the job in its next state while the stage that moved it still says "running".
+_running_stage = contextvars.ContextVar("running_stage", default=None)
 
 
 def stage_enqueue(*, job_id: int, stage: str, iteration: int = 0, round: int = 0) -> None:  # noqa: A002
@@ -63,8 +67,12 @@ def stage_enqueue(*, job_id: int, stage: str, iteration: int = 0, round: int = 0
 def advance(*, job: EvolutionJob, to_state: str, event: str, stage: str | None = None, iteration: int = 0,
             round: int = 0, data: dict | None = None, **fields) -> EvolutionJob:  # noqa: A002
     """Transition from the job's current state and, after commit, send the stage that runs in the new state."""
-    job = job_transition(job_id=job.pk, from_states=[job.state], to_state=to_state, actor=ACTOR, event=event,
-                         data=data, **fields)
+    with transaction.atomic():
+        job = job_transition(job_id=job.pk, from_states=[job.state], to_state=to_state, actor=ACTOR, event=event,
+                             data=data, **fields)
+        stage_run = _running_stage.get()
+        if stage_run is not None and stage_run.job_id == job.pk:
+            _stage_close(stage_run, status=StageRun.Status.SUCCEEDED)
     if stage is not None:
         transaction.on_commit(lambda: stage_enqueue(job_id=job.pk, stage=stage, iteration=iteration, round=round))
     return job
@@ -113,6 +121,7 @@ def stage_execute(*, job_id: int, stage: str, iteration: int = 0, round: int = 0
     stage_run = _claim(job=job, stage=stage, iteration=iteration, round_=round)
     if stage_run is None:
         return "duplicate"
+    token = _running_stage.set(stage_run)
     try:
         with Heartbeat(job_id=job.pk):
             outcome = handlers[stage](job=job, stage_run=stage_run, iteration=iteration, round_=round) or "done"
@@ -136,7 +145,10 @@ def stage_execute(*, job_id: int, stage: str, iteration: int = 0, round: int = 0
         _stage_close(stage_run, status=StageRun.Status.FAILED, outcome="ERROR", error=message)
         evolution_job_fail(job_id=job_id, reason=f"{stage}:{code}"[:60], error=message, actor=ACTOR)
         return "failed"
-    _stage_close(stage_run, status=StageRun.Status.SUCCEEDED)
+    finally:
+        _running_stage.reset(token)
+    if stage_run.status == StageRun.Status.RUNNING:  # a handler that moved the job has closed it already
+        _stage_close(stage_run, status=StageRun.Status.SUCCEEDED)
     return outcome
 
 

@@ -46,6 +46,35 @@ def _branches(remote):
     return out.split()
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_stage_that_moves_the_job_is_closed_in_the_same_commit(project, owner, router_target, refund_insight,
+                                                                  tmp_path, monkeypatch):
+    """A reader (the job page, a test polling a real worker) never sees the job in its next state while the stage
+    that moved it still says "running". Real commits here, as in a worker: each hook runs when its commit lands."""
+    from django.db import transaction
+
+    from evolution.services import stages
+
+    running_at_commit = []
+    real_transition = stages.job_transition
+
+    def transition_and_look_after_commit(**kwargs):
+        job = real_transition(**kwargs)
+        transaction.on_commit(lambda: running_at_commit.append(
+            (job.state, list(StageRun.objects.filter(job_id=job.pk, status="running").values_list("stage", flat=True)))))
+        return job
+
+    monkeypatch.setattr(stages, "job_transition", transition_and_look_after_commit)
+    script = script_write(tmp_path / "script.json", happy_entries(replace_edit(FIXED_BRANCH)))
+    job = evolution_job_start(project=project, target=router_target, insight=refund_insight, backend_name="scripted",
+                              backend_config={"script_path": str(script)}, created_by=owner,
+                              policy_overrides={"trials": 1})
+    job.refresh_from_db()
+    assert job.state == "AWAITING_CONSENT", (job.terminal_reason, job.error)
+    assert [(state, running) for state, running in running_at_commit if running] == []
+    assert running_at_commit[-1] == ("AWAITING_CONSENT", [])
+
+
 def test_happy_path_to_a_pull_request_branch(run_job, owner, router_remote, django_capture_on_commit_callbacks):
     job = run_job(happy_entries(replace_edit(FIXED_BRANCH)), policy={"trials": 2})
     assert job.state == "AWAITING_CONSENT", (job.terminal_reason, job.error)
