@@ -147,11 +147,15 @@ def repo_mirror_sync(*, source: str, mirror_path: Path) -> None:
         if (mirror_path / "HEAD").is_file():
             _git(["remote", "set-url", "origin", source_arg], cwd=mirror_path)  # the target's source may have moved
             _git([*trust, "fetch", "--prune", "--quiet", "origin"], cwd=mirror_path)
-            return
-        if mirror_path.exists() and any(mirror_path.iterdir()):
-            raise GitError(f"{mirror_path} exists but is not a git mirror; remove it or pick another path")
-        mirror_path.parent.mkdir(parents=True, exist_ok=True)
-        _git([*trust, "clone", "--mirror", "--quiet", "--", source_arg, str(mirror_path)])
+        else:
+            if mirror_path.exists() and any(mirror_path.iterdir()):
+                raise GitError(f"{mirror_path} exists but is not a git mirror; remove it or pick another path")
+            mirror_path.parent.mkdir(parents=True, exist_ok=True)
+            _git([*trust, "clone", "--mirror", "--quiet", "--", source_arg, str(mirror_path)])
+        # Candidate commits (promoted releases, the base of later hot-swap jobs) are made in worktrees of the mirror
+        # and reached by no ref: a mirror's `fetch --prune` deletes any ref the source lacks, so none can pin them.
+        # Garbage collection is told never to prune unreachable objects instead.
+        _git(["config", "gc.pruneExpire", "never"], cwd=mirror_path)
 
 
 def repo_commit_resolve(*, repo_path: Path, ref: str) -> str:

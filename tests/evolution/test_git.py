@@ -84,6 +84,21 @@ def test_mirror_is_cloned_once_then_fetched_with_prune(source, tmp_path):
         repo_commit_resolve(repo_path=mirror, ref="feature")
 
 
+def test_a_candidate_commit_no_ref_reaches_survives_garbage_collection(mirror, tmp_path):
+    """A promoted release's commit lives only in the mirror, reached by no ref; a later job is based on it."""
+    path = tmp_path / "jobs" / "3" / "wt"
+    worktree_add(mirror_path=mirror, worktree_path=path, commit=repo_commit_resolve(repo_path=mirror, ref="main"))
+    (path / "pkg" / "router.py").write_text("def route(x):\n    return 'orders'\n")
+    candidate = worktree_commit_all(worktree_path=path, message="candidate")
+    worktree_remove(mirror_path=mirror, worktree_path=path)
+    month_ago = os.stat(mirror).st_mtime - 30 * 86400  # older than git's default 2-week grace for loose objects
+    for loose in (mirror / "objects").glob("??/*"):
+        os.utime(loose, (month_ago, month_ago))
+    git(mirror, "gc", "--quiet")
+    assert git(mirror, "cat-file", "-t", candidate) == "commit"
+    assert repo_commit_resolve(repo_path=mirror, ref=candidate) == candidate
+
+
 def test_mirror_follows_a_source_that_moved(source, mirror, tmp_path):
     moved = tmp_path / "moved"
     source.rename(moved)
