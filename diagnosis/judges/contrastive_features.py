@@ -228,7 +228,7 @@ def _output_features(c: _Collector, spans: list[SpanView]) -> None:
                       phrase=f"`{span.node}` writes `{key}: {value}`", quote=c.quote(span, *_kv_quotes(key, value)))
             for (k1, v1), (k2, v2) in combinations(fields, 2):
                 c.add(f"route|{span.node}|{k1}={v1}|{k2}={v2}", kind="route", node=span.node, span=span,
-                      phrase=f"`{span.node}` writes `{k1}: {v1}` with `{k2}: {v2}`",
+                      phrase=f"`{span.node}` writes `{k1}: {v1}`, `{k2}: {v2}`",
                       quote=c.quote(span, f'"{k1}":"{v1}","{k2}":"{v2}"', f'"{k1}": "{v1}", "{k2}": "{v2}"', v2))
 
 

@@ -173,7 +173,7 @@ def test_each_planted_bug_is_one_finding_at_its_node_from_outcomes_alone(demo, j
         assert finding["node"] == BUG_NODE[bug], finding["statement"]
         by_bug[bug].append(finding)
     assert {bug: len(found) for bug, found in by_bug.items()} == {bug: 1 for bug in TOUCHED_BY}
-    assert by_bug["misroute"][0]["statement"].endswith("`planner` writes `intent: refund` with `worker: orders_worker`")
+    assert by_bug["misroute"][0]["statement"].endswith("`planner` writes `intent: refund`, `worker: orders_worker`")
 
     # One failing Feedback per failing trace carrying a finding, targeting a span of the finding's node, with
     # evidence that verifies against the stored spans; none on a decoy task or a succeeding trace.
