@@ -1,12 +1,18 @@
+import atexit
 import os
 import shutil
 from pathlib import Path
 
 import pytest
 
-# The real-worker test's worker reads this from its environment; set before the (session) worker starts.
+# The real-worker test's worker reads this from its environment; set before the (session) worker starts. One per
+# process, always assigned: pytest's main process loads this file too when tests/evolution files are named on the
+# command line, and xdist workers inherit its environment; with the value inherited, two workers (each with its own
+# database, so each with a job 1) would share one jobs/1 directory.
 WORKER_EVOLUTION_DIR = Path(__file__).resolve().parents[2] / "var" / f"test-evolution-{os.getpid()}"
-os.environ.setdefault("CLEAR_EVOLUTION_DIR", str(WORKER_EVOLUTION_DIR))
+os.environ["CLEAR_EVOLUTION_DIR"] = str(WORKER_EVOLUTION_DIR)
+# Removed when the process ends (the browser tests under tests/frontend use it too, outside this folder's fixtures).
+atexit.register(shutil.rmtree, WORKER_EVOLUTION_DIR, ignore_errors=True)
 
 from evolution.services import evolution_target_add
 from tests.evolution.fixture_repo import TARGET_TASKS, fixture_repo_make
@@ -36,8 +42,3 @@ def refund_insight(project):
     traces = failing_traces_ingest(project=project, tasks=[(task, 7) for task in TARGET_TASKS])
     return insight_for_traces(project=project, traces=traces, title="Refund requests are routed to billing")
 
-
-@pytest.fixture(scope="session", autouse=True)
-def _worker_evolution_dir_removed():
-    yield
-    shutil.rmtree(WORKER_EVOLUTION_DIR, ignore_errors=True)
