@@ -21,9 +21,9 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 postgres_only = pytest.mark.skipif(settings.DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql",
                                    reason="tests a Postgres-only fast path; the portable path is tested beside it")
 
-# Under pytest-xdist (scripts/test.sh runs the whole suite on 2 workers) each test is scheduled on its own, as with
+# Under pytest-xdist (scripts/test.sh runs the whole suite on 3 workers) each test is scheduled on its own, as with
 # --dist load, except that the tests of these modules go to one worker together: their module-scoped fixture is
-# expensive (the demo: migrations, a worker and gunicorn, ~20 s up and more down) and would be built on both.
+# expensive (the demo: migrations, a worker and gunicorn, ~20 s up and more down) and would be built on each.
 # xdist's own --dist loadgroup cannot be used for this: on pytest 9 it no longer sees xdist_group marks.
 ONE_WORKER_MODULES = {"tests/foundation/test_demo.py"}
 
