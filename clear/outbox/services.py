@@ -17,6 +17,8 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 
 from celery import Task
@@ -25,6 +27,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connections, router, transaction
 from django.db.models import F
 from django.utils import timezone
+from kombu import Producer
 
 from clear.celery import app as celery_app
 from clear.db import insert_select_parts, on_postgres, raw_cursor
@@ -149,7 +152,7 @@ def outbox_dispatch(*, limit: int = _SWEEP_LIMIT, ready_only: bool = True) -> in
                   for i in range(0, len(chunk), _KEYS_PER_MESSAGE)]
         sent_ids, sent_chunks = [], 0
         try:
-            with celery_app.producer_or_acquire() as producer:
+            with _publisher() as producer:
                 for chunk in chunks:
                     _send(chunk[0].topic, chunk, producer)
                     sent_ids += [item.pk for item in chunk]
@@ -167,6 +170,18 @@ def outbox_dispatch(*, limit: int = _SWEEP_LIMIT, ready_only: bool = True) -> in
     if sent_ids:
         _broker_up()
     return len(sent_ids)
+
+
+@contextmanager
+def _publisher() -> Iterator[Producer]:
+    """A producer on a connection of its own that gives up at the first refused connect: kombu's default retries
+    (~6 s of sleeps) would hold the ingestion request that commits the rows, and the sweeper sends them later
+    anyway. (The pooled connections keep their retries for everything else.)"""
+    if celery_app.conf.task_always_eager:
+        yield None
+        return
+    with celery_app.connection_for_write(transport_options={"max_retries": 0}) as conn:
+        yield conn.Producer()
 
 
 def _broker_down() -> None:

@@ -63,7 +63,7 @@ def test_ingestion_succeeds_with_redis_down_and_the_outbox_drains_later(issued_k
     response = Client().post("/v1/traces", data=to_protobuf(agent_run_spans()),
                              content_type="application/x-protobuf", HTTP_AUTHORIZATION=f"Bearer {issued_key.secret}")
     assert response.status_code == 200
-    assert time.monotonic() - started < 10, "a broker outage must not hold the request"
+    assert time.monotonic() - started < 5, "a broker outage must not hold the request (kombu alone retries ~6 s)"
     assert Span.objects.filter(project=project).count() == 4
     pending = OutboxItem.objects.get(dispatched_at__isnull=True)
     assert pending.attempts >= 1 and pending.last_error
