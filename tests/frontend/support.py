@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from tests.support.browser import screenshot
@@ -53,3 +55,22 @@ class Checker:
 
     def assert_clean(self) -> None:
         assert not self.problems, "\n".join(self.problems)
+
+
+def job_wait(page, worker, *, job_of: Callable, reached: Callable, timeout: float, what: str):
+    """Until `reached(job)` while the page follows the job (it reloads on each state change); returns the job.
+    Fails at once, saying why, when the job ends first or its Celery worker dies."""
+    from evolution.models import TERMINAL_STATES
+
+    deadline = time.monotonic() + timeout
+    while True:
+        job = job_of()
+        if reached(job):
+            return job
+        stages = list(job.stage_runs.values_list("stage", "status")) if job else []
+        where = (f"job {job and job.pk} {job and job.state} ({job and job.terminal_reason}: "
+                 f"{job and job.error[-2000:]}), stages {stages}\nworker log:\n{worker.log()[-6000:]}")
+        assert not (job and job.state in TERMINAL_STATES), f"the job ended before {what}: {where}"
+        assert worker.process.poll() is None, f"the worker died: {where}"
+        assert time.monotonic() < deadline, f"not {what} after {timeout}s: {where}"
+        page.wait_for_timeout(1000)

@@ -516,24 +516,12 @@ def test_evolve_the_mediator_race_insight_in_the_browser(live_server, page, cele
 
 
 def _wait_for_verdict(page, project, worker, *, timeout: float) -> None:
-    """Until the job page shows PROMOTE_ELIGIBLE; fails at once, saying why, when the job ends or its worker dies."""
-    import time
-
-    from evolution.models import TERMINAL_STATES
+    """Until the job page shows PROMOTE_ELIGIBLE."""
+    from tests.frontend.support import job_wait
 
     selector = "[data-testid=verdict-decision]:has-text('PROMOTE_ELIGIBLE')"
-    deadline = time.monotonic() + timeout
-    while True:
-        if page.locator(selector).count():
-            return
-        job = EvolutionJob.objects.filter(project=project).first()
-        stages = list(job.stage_runs.values_list("stage", "status")) if job else []
-        where = (f"job {job and job.state} ({job and job.terminal_reason}: {job and job.error[-2000:]}), stages "
-                 f"{stages}\nworker log:\n{worker.log()[-6000:]}")
-        assert not (job and job.state in TERMINAL_STATES), f"the job ended before its verdict: {where}"
-        assert worker.process.poll() is None, f"the worker died: {where}"
-        assert time.monotonic() < deadline, f"no PROMOTE_ELIGIBLE after {timeout}s: {where}"
-        page.wait_for_timeout(1000)
+    job_wait(page, worker, job_of=lambda: EvolutionJob.objects.filter(project=project).first(),
+             reached=lambda job: page.locator(selector).count() > 0, timeout=timeout, what="PROMOTE_ELIGIBLE")
 
 
 def _wait(predicate, *, timeout: float, what: str) -> None:

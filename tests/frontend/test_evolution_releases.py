@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from pathlib import Path
 
 import pytest
 
-from evolution.models import TERMINAL_STATES, EvolutionJob, EvolutionTarget, ReleaseRollback
+from evolution.models import EvolutionJob, EvolutionTarget, ReleaseRollback
 # The evolution tests' autouse fixture (artifacts in tmp, subprocess sandbox); importing the module also sets the
 # worker's CLEAR_EVOLUTION_DIR before the session's worker starts.
 from tests.evolution.conftest import evolution_dir  # noqa: F401
+from tests.frontend.support import job_wait
 
 ROOT = Path(__file__).resolve().parents[2]
 RETRY_FIX = "examples/support_desk/evolution/retry_loop_fix.json"
@@ -35,19 +35,9 @@ def worker_evolution_dir(settings):
 
 
 def _wait_for(page, job_id: int, worker, *, states, timeout: float) -> EvolutionJob:
-    """Until the job is in one of `states` (the job page follows it by itself); fails at once, saying why, when the
-    job ends elsewhere or the worker dies."""
-    deadline = time.monotonic() + timeout
-    while True:
-        job = EvolutionJob.objects.get(pk=job_id)
-        if job.state in states:
-            return job
-        where = (f"job {job.pk} {job.state} ({job.terminal_reason}: {job.error[-2000:]}), stages "
-                 f"{list(job.stage_runs.values_list('stage', 'status'))}\nworker log:\n{worker.log()[-6000:]}")
-        assert job.state not in TERMINAL_STATES, f"the job ended: {where}"
-        assert worker.process.poll() is None, f"the worker died: {where}"
-        assert time.monotonic() < deadline, f"not {states} after {timeout}s: {where}"
-        page.wait_for_timeout(1000)
+    """Until the job is in one of `states` (the job page follows it by itself)."""
+    return job_wait(page, worker, job_of=lambda: EvolutionJob.objects.get(pk=job_id),
+                    reached=lambda job: job.state in states, timeout=timeout, what=f"in {states}")
 
 
 @pytest.mark.browser
