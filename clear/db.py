@@ -13,6 +13,7 @@ from typing import ParamSpec, TypeVar
 
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import QuerySet
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -69,3 +70,16 @@ def insert_select_parts(connection, model, given: dict[str, str]) -> tuple[str, 
             values.append(f"%(d_{f.attname})s::{f.db_type(connection)}")
             params[f"d_{f.attname}"] = f.get_db_prep_save(getattr(template, f.attname), connection)
     return ", ".join(columns), ", ".join(values), params
+
+
+M = TypeVar("M")
+
+
+def row_by_id(rows: QuerySet[M], raw_id) -> M | None:
+    """The row of `rows` whose primary key is `raw_id` as a URL or a request gave it, or None when there is none or
+    the value is no id at all ("abc", None). (A key past bigint matches nothing: Django leaves it out of the SQL.)"""
+    try:
+        pk = int(raw_id)
+    except (TypeError, ValueError):
+        return None
+    return rows.filter(pk=pk).first()

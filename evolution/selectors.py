@@ -7,6 +7,7 @@ from pathlib import Path
 
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
+from clear.db import row_by_id
 from clear.errors import NotFoundError
 from clear.projects.models import Project
 from evolution.models import (
@@ -50,10 +51,7 @@ def evolution_job_list(*, project: Project, target: EvolutionTarget | None = Non
 
 
 def evolution_job_get(*, project: Project, job_id) -> EvolutionJob:
-    try:
-        job = evolution_job_list(project=project).filter(pk=int(job_id)).first()
-    except (TypeError, ValueError):
-        job = None
+    job = row_by_id(evolution_job_list(project=project), job_id)
     if job is None:
         raise NotFoundError(f"No evolution job {job_id} in this project")
     return job
@@ -76,10 +74,7 @@ DOCUMENT_KINDS = ("diagnosis", "plan", "plan_review", "implementer", "code_revie
 
 
 def evolution_target_by_id(*, project: Project, target_id) -> EvolutionTarget:
-    try:
-        target = EvolutionTarget.objects.filter(project=project, pk=int(target_id)).first()
-    except (TypeError, ValueError):
-        target = None
+    target = row_by_id(EvolutionTarget.objects.filter(project=project), target_id)
     if target is None:
         raise TargetNotFoundError(f"No evolution target {target_id} in this project")
     return target
@@ -97,10 +92,7 @@ def evolution_job_stage_runs(*, project: Project, job: EvolutionJob) -> QuerySet
 
 
 def evolution_artifact_get(*, project: Project, job: EvolutionJob, artifact_id) -> Artifact:
-    try:
-        artifact = Artifact.objects.filter(job__project=project, job=job, pk=int(artifact_id)).first()
-    except (TypeError, ValueError):
-        artifact = None
+    artifact = row_by_id(Artifact.objects.filter(job__project=project, job=job), artifact_id)
     if artifact is None:
         raise NotFoundError(f"No artifact {artifact_id} in evolution job {job.pk}")
     return artifact
@@ -209,10 +201,7 @@ def evolution_target_rollback_latest(*, target: EvolutionTarget) -> ReleaseRollb
 
 
 def evolution_rollback_get(*, project: Project, target: EvolutionTarget, rollback_id) -> ReleaseRollback:
-    try:
-        rollback = ReleaseRollback.objects.filter(target__project=project, target=target, pk=int(rollback_id)).first()
-    except (TypeError, ValueError):
-        rollback = None
+    rollback = row_by_id(ReleaseRollback.objects.filter(target__project=project, target=target), rollback_id)
     if rollback is None:
         raise NotFoundError(f"No rollback {rollback_id} of target {target.pk} in this project")
     return rollback

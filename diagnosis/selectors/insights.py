@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from django.db.models import Case, Count, F, FloatField, IntegerField, QuerySet, Value, When
 
+from clear.db import row_by_id
 from clear.projects.models import Project
 from diagnosis.models import DiagnosisRun, Insight, InsightEvidence, InsightLink, InsightOccurrence, InsightStatement
 
@@ -86,10 +87,7 @@ def insight_count_by_node(*, project: Project) -> dict[str, int]:
 def insight_get(*, project: Project, insight_id) -> Insight:
     from diagnosis.insights.errors import InsightNotFoundError
 
-    try:
-        insight = Insight.objects.filter(project=project, pk=int(insight_id)).first()
-    except (TypeError, ValueError):
-        insight = None
+    insight = row_by_id(Insight.objects.filter(project=project), insight_id)
     if insight is None:
         raise InsightNotFoundError(f"No insight {insight_id} in this project")
     return insight

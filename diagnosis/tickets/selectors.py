@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.db.models import QuerySet
 
+from clear.db import row_by_id
 from clear.projects.models import Project
 
 from .errors import IssueTrackerNotConfiguredError, TicketInvalidError, TicketNotFoundError
@@ -42,11 +43,7 @@ def ticket_list(*, project: Project, status: str = "all", level: str | None = No
 
 
 def ticket_get(*, project: Project, ticket_id) -> Ticket:
-    try:
-        pk = int(ticket_id)
-    except (TypeError, ValueError):
-        pk = 0
-    ticket = Ticket.objects.filter(project=project, pk=pk).first() if 0 < pk < 2**63 else None
+    ticket = row_by_id(Ticket.objects.filter(project=project), ticket_id)
     if ticket is None:
         raise TicketNotFoundError(f"No ticket {ticket_id} in this project")
     return ticket

@@ -14,3 +14,4 @@ def test_insights_filter_and_show_their_evidence(mine, theirs):
     assert detail["title"] == f"skips the lookup {mine.marker}" and detail["last_run_id"] is None
     evidence = client.get(f"/api/v1/insights/{mine.insight.id}/evidence/").json()["results"]
     assert [(e["trace_id"], e["span_id"], e["quote"]) for e in evidence] == [(mine.trace.trace_id, "a" * 16, "answer")]
+    assert client.get(f"/api/v1/insights/{10**30}/").status_code == 404  # past bigint: a miss

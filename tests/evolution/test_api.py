@@ -155,6 +155,10 @@ def test_a_job_followed_to_its_verdict_then_approved_by_the_hash_seen(
     assert hashlib.sha256(download.content).hexdigest() == candidate["patch_sha256"] == patch["sha256"]
     assert b'+        return "refunds"' in download.content
     assert api.get(f"{JOBS}{job_id}/artifacts/999999/").status_code == 404
+    # Ids past bigint are misses too.
+    assert api.get(f"{JOBS}{job_id}/artifacts/{10**30}/").status_code == 404
+    assert api.get(f"{JOBS}{10**30}/").status_code == 404
+    assert api.get(f"{TARGETS}{10**30}/").status_code == 404
 
     # A hash the client did not get from this candidate: 409 with a message, nothing changes.
     stale = api.post(f"{JOBS}{job_id}/approve/", {"patch_sha256": "0" * 64}, format="json")
