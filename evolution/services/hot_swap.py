@@ -182,7 +182,7 @@ def hot_swap_job_promote(*, job: EvolutionJob, stage_run: StageRun, best: Iterat
     Release.objects.update_or_create(target=target, release_id=release_id, defaults={
         "job": job, "commit": best.candidate_commit, "path": str(root / "releases" / release_id), "status": R.STAGED,
         "previous": Release.objects.filter(target=target, release_id=previous).first() if previous else None})
-    job = advance(job=job, to_state=S.HEALTH_CHECK, event="swapping",
+    job = advance(job=job, to_state=S.HEALTH_CHECK, event="swapping", stage_done=False,
                   data={"iteration": best.n, "release_id": release_id, "previous": previous})
     result = hot_swap_promote(releases_root=root, release_id=release_id, repo_path=mirror,
                               commit=best.candidate_commit, reason=f"evolution job {job.pk} iteration {best.n}",
@@ -204,7 +204,7 @@ def hot_swap_job_promote(*, job: EvolutionJob, stage_run: StageRun, best: Iterat
     swapped = result.rollback_health is not None or outcome == "rolled_back"
     _row_set(target=target, release_id=release_id, status=R.ROLLED_BACK if swapped else R.FAILED, report=report)
     if swapped:
-        job = advance(job=job, to_state=S.ROLLING_BACK, event="rolling_back",
+        job = advance(job=job, to_state=S.ROLLING_BACK, event="rolling_back", stage_done=False,
                       data={**data, "rollback_to": result.rollback_to})
     if outcome == "rolled_back":
         finish(job=job, to_state=S.ROLLED_BACK, reason=reason, data=data)

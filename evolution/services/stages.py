@@ -65,13 +65,15 @@ def stage_enqueue(*, job_id: int, stage: str, iteration: int = 0, round: int = 0
 
 
 def advance(*, job: EvolutionJob, to_state: str, event: str, stage: str | None = None, iteration: int = 0,
-            round: int = 0, data: dict | None = None, **fields) -> EvolutionJob:  # noqa: A002
-    """Transition from the job's current state and, after commit, send the stage that runs in the new state."""
+            round: int = 0, data: dict | None = None, stage_done: bool = True, **fields) -> EvolutionJob:  # noqa: A002
+    """Transition from the job's current state and, after commit, send the stage that runs in the new state.
+    `stage_done=False`: the running stage goes on in the new state (a hot swap's health check) and stays open."""
     with transaction.atomic():
         job = job_transition(job_id=job.pk, from_states=[job.state], to_state=to_state, actor=ACTOR, event=event,
                              data=data, **fields)
         stage_run = _running_stage.get()
-        if stage_run is not None and stage_run.job_id == job.pk:
+        if (stage_done and stage_run is not None and stage_run.job_id == job.pk
+                and stage_run.status == StageRun.Status.RUNNING):
             _stage_close(stage_run, status=StageRun.Status.SUCCEEDED)
     if stage is not None:
         transaction.on_commit(lambda: stage_enqueue(job_id=job.pk, stage=stage, iteration=iteration, round=round))

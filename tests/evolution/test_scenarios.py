@@ -294,7 +294,7 @@ HEALTH_BREAKING_BRANCH = FIXED_BRANCH + '''    if "hello" in text:
 
 
 def test_hot_swap_promotes_a_healthy_release_and_rolls_an_unhealthy_one_back(
-        project, owner, router_remote, refund_insight, tmp_path, django_capture_on_commit_callbacks):
+        project, owner, router_remote, refund_insight, tmp_path, django_capture_on_commit_callbacks, monkeypatch):
     """§7.14 scenarios 9 and 1 (hot-swap half): registering the target records its code as release zero, so even
     the first candidate, which passes every trial but fails its health check (no task says "hello"), has a release
     to go back to: `current` returns to release zero, whose re-probe passes. The next job, based on release zero
@@ -304,6 +304,16 @@ def test_hot_swap_promotes_a_healthy_release_and_rolls_an_unhealthy_one_back(
     from evolution.services import evolution_target_add
     from evolution.services.api_actions import evolution_job_create
 
+    from evolution import deploy
+
+    promote_status_during_health_check = []
+    real_promote = deploy.hot_swap_promote
+
+    def promote_and_look(**kwargs):  # the swap and its health check, run by the promote stage
+        promote_status_during_health_check.append(StageRun.objects.filter(stage="promote").latest("pk").status)
+        return real_promote(**kwargs)
+
+    monkeypatch.setattr(deploy, "hot_swap_promote", promote_and_look)
     target = evolution_target_add(project=project, name="router-hot", source=str(router_remote),
                                   config={**CONFIG, "hot_swap": HOT_SWAP})
     root = evolution_target_releases_root(target=target)
@@ -323,6 +333,10 @@ def test_hot_swap_promotes_a_healthy_release_and_rolls_an_unhealthy_one_back(
                 evolution_job_consent(job=job, user=owner, patch_sha256=job.best_iteration.patch_sha256)
             job.refresh_from_db()
             release = f"job-{job.pk}-{job.best_iteration.candidate_commit[:12]}"
+            # The promote stage runs on through the health check and the rollback: it closes with the job's end.
+            assert promote_status_during_health_check.pop() == "running"
+            ended = AuditEvent.objects.get(job=job, to_state=job.state).ts
+            assert StageRun.objects.get(job=job, stage="promote").finished_at >= ended
             if n == 0:
                 assert (job.state, job.terminal_reason) == ("ROLLED_BACK", "health_failed"), job.error
                 assert _path(job)[-3:] == ["HEALTH_CHECK", "ROLLING_BACK", "ROLLED_BACK"]
