@@ -24,9 +24,11 @@ from evolution.errors import GitError
 BOT_NAME = "evolution-bot"
 BOT_EMAIL = "evolution-bot@clear.invalid"
 GIT_TIMEOUT_S = 600
-# Overrides whatever a repository's own config says: no hooks, no fsmonitor daemon, no pager.
+# Overrides whatever a repository's own config says: no hooks, no fsmonitor daemon, no pager. A root worker hands
+# job worktrees to the sandbox user (evolution/sandbox/profile.py), and git refuses a tree another user owns; the
+# ownership check guards against a crafted .git, which the explicit git dirs of this module already exclude.
 _HARDENING = ["-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "core.pager=cat",
-              "-c", "protocol.ext.allow=never"]
+              "-c", "protocol.ext.allow=never", "-c", "safe.directory=*"]
 _CREDENTIALS = re.compile(r"(://)[^/@\s]+@")
 _STATUS = {"A": "added", "M": "modified", "D": "deleted", "T": "type_changed"}
 

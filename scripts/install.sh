@@ -17,9 +17,17 @@ fi
 if [ "${1:-}" = "--dev" ]; then
   echo "==> installing Clear with test dependencies"
   $PIP install -q -e ".[dev]"
-  apt_install chromium docker-compose bubblewrap git
+  apt_install chromium docker-compose git
   npm install --prefix var --no-save axe-core@4 >/dev/null || echo "(npm unavailable: the browser tests install axe-core into var/ themselves)"
 else
   echo "==> installing Clear"
   $PIP install -q -e .
+fi
+# Evolve runs candidate code in bubblewrap (the default minimum sandbox, CLEAR_EVOLUTION_MIN_SANDBOX=bwrap); a worker
+# running as root hands each run to an unprivileged user of its own (CLEAR_EVOLUTION_SANDBOX_USER).
+apt_install bubblewrap git
+if [ "$(id -u)" = 0 ] && ! id -u "${CLEAR_EVOLUTION_SANDBOX_USER:-clear-sandbox}" >/dev/null 2>&1; then
+  echo "==> creating the sandbox user ${CLEAR_EVOLUTION_SANDBOX_USER:-clear-sandbox}"
+  useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin \
+    "${CLEAR_EVOLUTION_SANDBOX_USER:-clear-sandbox}"
 fi

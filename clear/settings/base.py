@@ -288,7 +288,20 @@ CLEAR_WEBHOOK_TIMEOUT_SECONDS = env_float("CLEAR_WEBHOOK_TIMEOUT_SECONDS", 10.0)
 CLEAR_INSIGHT_REGRESSION_DELTA = env_float("CLEAR_INSIGHT_REGRESSION_DELTA", 0.1)
 # Evolution sandbox (evolution/sandbox/): the weakest isolation a trial may run under (subprocess < bwrap < docker),
 # and the image the Docker runner uses (it must run the host's Python: same libc).
-CLEAR_EVOLUTION_MIN_SANDBOX = env_str("CLEAR_EVOLUTION_MIN_SANDBOX", "subprocess")
+# The minimum is bwrap: candidate code never runs unconfined unless the operator lowers it (subprocess gives no
+# filesystem, network or process isolation at all). A worker running as root drops to CLEAR_EVOLUTION_SANDBOX_USER
+# inside bubblewrap (scripts/install.sh creates it), so the sandboxed process is never uid 0 on the host.
+CLEAR_EVOLUTION_MIN_SANDBOX = env_str("CLEAR_EVOLUTION_MIN_SANDBOX", "bwrap")
+CLEAR_EVOLUTION_SANDBOX_USER = env_str("CLEAR_EVOLUTION_SANDBOX_USER", "clear-sandbox")
+# Sandboxed processes of one run may not exceed this many processes (RLIMIT_NPROC of the sandbox user).
+CLEAR_EVOLUTION_SANDBOX_NPROC = env_int("CLEAR_EVOLUTION_SANDBOX_NPROC", 256)
+# Targets registered through the API: a git URL (https or ssh), or a local path under one of these directories
+# (empty: no local paths through the API; the operator's `manage.py evolution_target add` may name any path).
+CLEAR_EVOLUTION_SOURCE_ROOTS = env_list("CLEAR_EVOLUTION_SOURCE_ROOTS", [])
+# The environment variables a job's backend config may name as its api_key_env (the worker's value is handed to the
+# coding agent); any other name is refused.
+CLEAR_EVOLUTION_BACKEND_ENV_ALLOW = env_list("CLEAR_EVOLUTION_BACKEND_ENV_ALLOW", [
+    "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "MISTRAL_API_KEY", "OPENROUTER_API_KEY"])
 CLEAR_EVOLUTION_DOCKER_IMAGE = env_str("CLEAR_EVOLUTION_DOCKER_IMAGE", "debian:12-slim")
 # Evolution jobs (evolution/services/): mirrors, worktrees and the content-addressed artifacts live under
 # CLEAR_EVOLUTION_DIR; a working stage beats every HEARTBEAT seconds and the janitor fails a job silent for STALE

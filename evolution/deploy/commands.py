@@ -168,7 +168,7 @@ def subprocess_command_runner(
         )
 
 
-def sandbox_command_runner(sandbox: Any, *, limits: Any = None, network: bool = False) -> CommandRunner:
+def sandbox_command_runner(sandbox: Any, *, limits: Any = None) -> CommandRunner:
     """Adapt an `evolution.sandbox.SandboxRunner` to a CommandRunner (preflight of an untrusted release)."""
     from evolution.sandbox import Limits
 
@@ -181,7 +181,6 @@ def sandbox_command_runner(sandbox: Any, *, limits: Any = None, network: bool = 
             raise DeployInvalid("A sandboxed command needs a working directory (the release directory).")
         result = sandbox.run(
             cmd=list(argv), workdir=Path(cwd), env=dict(env or {}), limits=replace(base, wall_s=timeout_s),
-            network=network,
         )
         return CommandOutcome(
             argv=tuple(argv), exit_code=result.exit_code, stdout=result.stdout, stderr=result.stderr,

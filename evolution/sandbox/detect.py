@@ -86,6 +86,25 @@ def _configured_min() -> IsolationLevel:
     return _level_parse(settings.CLEAR_EVOLUTION_MIN_SANDBOX, what="CLEAR_EVOLUTION_MIN_SANDBOX")
 
 
+def sandbox_min_level() -> IsolationLevel:
+    """The weakest isolation this server lets candidate code run under (CLEAR_EVOLUTION_MIN_SANDBOX)."""
+    return _configured_min()
+
+
+def sandbox_levels_allowed(*, levels: list[str]) -> list[str]:
+    """A target's levels without those below the server's minimum (and without unknown names), in its order."""
+    floor = _configured_min()
+    allowed = []
+    for level in levels:
+        try:
+            parsed = IsolationLevel(level)
+        except ValueError:
+            continue
+        if parsed.rank >= floor.rank:
+            allowed.append(parsed.value)
+    return allowed
+
+
 def _runner(level: IsolationLevel) -> SandboxRunner:
     if level == IsolationLevel.DOCKER:
         from django.conf import settings

@@ -1,5 +1,10 @@
-"""The three sandbox runners: plain subprocess (rlimits only), bubblewrap, Docker."""
+"""The three sandbox runners: plain subprocess (rlimits only), bubblewrap, Docker.
 
+Install, test and trial commands get no network at all; a run given an `egress` (host, port) reaches that one
+destination through a proxy (evolution/sandbox/egress.py) and nothing else, the host's loopback included.
+"""
+
+import math
 import os
 import shutil
 import subprocess
@@ -7,44 +12,26 @@ import sys
 import tempfile
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack
+from dataclasses import replace
 from pathlib import Path
 
+from evolution.errors import SandboxUnavailable
+from evolution.sandbox.profile import (
+    PRIVATE_TMPFS,
+    TMP_SIZE_BYTES,
+    SandboxIdentity,
+    interpreter_dirs,
+    sandbox_identity,
+    sandbox_nproc_default,
+    server_secret_paths,
+    system_binds,
+    tree_hand_over,
+)
 from evolution.sandbox.supervise import process_supervise
 from evolution.sandbox.types import IsolationLevel, Limits, ProcResult, sandbox_base_env
 
 SANDBOX_TMP = "/tmp"
-
-
-def _interpreter_dirs() -> list[Path]:
-    """What Clear's interpreter needs to start: the venv and the Python installation it points at."""
-    dirs = [Path(sys.prefix), Path(sys.base_prefix), Path(os.path.realpath(sys.executable)).parent]
-    unique: list[Path] = []
-    for path in dirs:
-        if path.is_dir() and path not in unique:
-            unique.append(path)
-    return unique
-
-
-def _server_secret_paths() -> list[Path]:
-    """Files and directories of the server a candidate must not read even though the root is visible read-only.
-
-    The var dir holds the secret key and credentials, the evolution dir the mirrors, pinned graders and other jobs;
-    `*_FILE` variables name secret files (Docker-secrets style) wherever they live. What a run needs from there
-    (its workdir, rw_paths, ro_paths) is bound back on top.
-    """
-    paths: list[Path] = []
-    try:
-        from django.conf import settings
-
-        paths.append(Path(settings.VAR_DIR))
-        if getattr(settings, "CLEAR_EVOLUTION_DIR", None):
-            paths.append(Path(settings.CLEAR_EVOLUTION_DIR))
-    except Exception:  # noqa: BLE001 - without configured settings there is nothing of Django's to hide
-        pass
-    for name, value in os.environ.items():
-        if name.endswith("_FILE") and value.startswith("/"):
-            paths.append(Path(value))
-    return [path for path in paths if path.exists()]
 
 
 class SubprocessRunner:
@@ -54,9 +41,10 @@ class SubprocessRunner:
 
     def run(
         self, *, cmd: Sequence[str], workdir: Path, rw_paths: Sequence[Path] = (), ro_paths: Sequence[Path] = (),
-        env: Mapping[str, str] | None = None, limits: Limits = Limits(), network: bool = False,
+        env: Mapping[str, str] | None = None, limits: Limits = Limits(), egress: tuple[str, int] | None = None,
         stdout_cap: int = 1_000_000, should_stop: Callable[[], bool] | None = None,
     ) -> ProcResult:
+        # No isolation to route through: the process shares the worker's network as it shares everything else.
         private_tmp = tempfile.mkdtemp(prefix="clear-sandbox-")
         try:
             return process_supervise(
@@ -68,7 +56,10 @@ class SubprocessRunner:
 
 
 class BwrapRunner:
-    """Bubblewrap per research §5.4: read-only root, private /tmp, /proc and /dev, writable workdir and rw_paths."""
+    """Bubblewrap with nothing of the host's root: /usr, a few files of /etc, the interpreter, fresh /proc, /dev and
+    tmpfs dirs, the workdir read-write and the paths a run names; every namespace but the user one unshared (a root
+    worker's run is handed to the sandbox user instead, so it is never uid 0 on the host); no network unless an
+    egress proxy leads to one host and port."""
 
     level = IsolationLevel.BWRAP
 
@@ -78,55 +69,119 @@ class BwrapRunner:
 
     def argv(
         self, *, cmd: Sequence[str], workdir: Path, rw_paths: Sequence[Path], ro_paths: Sequence[Path],
-        network: bool, args_fd: int,
+        args_fd: int, identity: SandboxIdentity | None = None,
     ) -> list[str]:
         # The environment goes through --args, so the values are not on a command line `ps` shows.
         argv = [self.bwrap, "--args", str(args_fd)]
-        argv += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-        hidden = self.hidden_paths if self.hidden_paths is not None else _server_secret_paths()
+        links, system_paths = system_binds()
+        for target, link in links:
+            argv += ["--symlink", target, link]
         # Mounts go shallow to deep, so the deeper path decides: a workdir inside the hidden var dir is bound back
         # on top of it, a hidden dir inside the workdir stays hidden, the venv inside a workdir stays read-only.
         # At equal depth a bind beats a hiding mount (the workdir is always reachable).
-        mounts: list[tuple[Path, int, list[str]]] = [(Path(SANDBOX_TMP), 0, ["--tmpfs", SANDBOX_TMP])]
-        for path in map(Path, hidden):
+        mounts: list[tuple[Path, int, list[str]]] = [
+            (Path(SANDBOX_TMP), 0, ["--perms", "1777", "--size", str(TMP_SIZE_BYTES), "--tmpfs", SANDBOX_TMP])]
+        mounts += [(Path(path), 0, ["--perms", "0755", "--tmpfs", path]) for path in PRIVATE_TMPFS]
+        binds: list[Path] = []
+        for path in system_paths + interpreter_dirs() + [Path(p) for p in ro_paths]:
             path = path.resolve()
-            mounts.append((path, 0, ["--tmpfs", str(path)] if path.is_dir() else ["--ro-bind", "/dev/null", str(path)]))
-        for path in _interpreter_dirs() + [Path(p) for p in ro_paths]:
-            path = path.resolve()
+            binds.append(path)
             mounts.append((path, 1, ["--ro-bind", str(path), str(path)]))
         for path in [Path(workdir), *(Path(p) for p in rw_paths)]:
             path = path.resolve()
+            binds.append(path)
             mounts.append((path, 1, ["--bind", str(path), str(path)]))
+        hidden = self.hidden_paths if self.hidden_paths is not None else server_secret_paths()
+        for path in map(Path, hidden):
+            path = path.resolve()
+            # Only what lies inside something bound needs hiding: nothing else of the host is there to see.
+            if any(path != bound and path.is_relative_to(bound) for bound in binds):
+                mounts.append((path, 0, ["--tmpfs", str(path)] if path.is_dir()
+                               else ["--ro-bind", "/dev/null", str(path)]))
+        mounts += self._parent_dirs(mounts, binds)
         for _, _, mount in sorted(mounts, key=lambda item: (len(item[0].parts), item[1])):
             argv += mount
-        argv += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
-        if not network:
-            argv.append("--unshare-net")
+        argv += ["--dev", "/dev", "--proc", "/proc"]
+        argv += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net", "--unshare-cgroup-try"]
+        argv += ["--die-with-parent", "--new-session", "--chdir", str(Path(workdir).resolve())]
         if os.geteuid() == 0:
-            argv += ["--cap-drop", "ALL"]
-        argv += ["--die-with-parent", "--new-session", "--chdir", str(Path(workdir).resolve()), "--"]
+            # setpriv needs these two to become the sandbox user; both are gone once it has (a uid change to
+            # non-zero clears every capability), and no-new-privs keeps setuid binaries from bringing them back.
+            argv += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        argv.append("--")
+        if identity is not None:
+            argv += ["/usr/bin/setpriv", f"--reuid={identity.uid}", f"--regid={identity.gid}", "--clear-groups",
+                     "--inh-caps=-all", "--no-new-privs", "--"]
         return argv + list(cmd)
+
+    @staticmethod
+    def _parent_dirs(mounts: list[tuple[Path, int, list[str]]], binds: list[Path]) -> list[tuple[Path, int, list[str]]]:
+        # bwrap creates missing parents of a mount point with the host's modes (/root is 0700), which would lock the
+        # sandbox user out of a path under them; parents outside any bind are created world-traversable first.
+        targets = {path for path, _, _ in mounts}
+        parents: set[Path] = set()
+        for path in targets:
+            for parent in path.parents:
+                if parent == Path("/") or parent in targets:
+                    continue
+                if any(parent.is_relative_to(bound) for bound in binds):
+                    continue
+                parents.add(parent)
+        return [(parent, -1, ["--perms", "0755", "--dir", str(parent)]) for parent in parents]
 
     def run(
         self, *, cmd: Sequence[str], workdir: Path, rw_paths: Sequence[Path] = (), ro_paths: Sequence[Path] = (),
-        env: Mapping[str, str] | None = None, limits: Limits = Limits(), network: bool = False,
+        env: Mapping[str, str] | None = None, limits: Limits = Limits(), egress: tuple[str, int] | None = None,
         stdout_cap: int = 1_000_000, should_stop: Callable[[], bool] | None = None,
     ) -> ProcResult:
-        inner_env = sandbox_base_env(home=SANDBOX_TMP, tmpdir=SANDBOX_TMP, env=env)
-        env_args = ["--clearenv"]
-        for name, value in inner_env.items():
-            env_args += ["--setenv", name, value]
-        with tempfile.TemporaryFile() as args_file:
+        try:
+            identity = sandbox_identity()
+        except SandboxUnavailable as exc:
+            return _refused(exc.message, self.level)
+        if identity is not None:
+            tree_hand_over(paths=[Path(workdir), *map(Path, rw_paths)], identity=identity)
+        limits = contained_limits(limits)
+        with ExitStack() as stack:
+            inner_env = sandbox_base_env(home=SANDBOX_TMP, tmpdir=SANDBOX_TMP, env=env)
+            ro_paths = list(ro_paths)
+            if egress is not None:
+                proxy = stack.enter_context(_egress_proxy(egress))
+                ro_paths.append(proxy.dir)
+                inner_env.update(proxy.env())
+                cmd = proxy.wrap(list(cmd), python=sys.executable)
+            env_args = ["--clearenv"]
+            for name, value in inner_env.items():
+                env_args += ["--setenv", name, value]
+            args_file = stack.enter_context(tempfile.TemporaryFile())
             args_file.write(b"".join(arg.encode() + b"\0" for arg in env_args))
             args_file.flush()
             args_file.seek(0)
-            argv = self.argv(cmd=cmd, workdir=workdir, rw_paths=rw_paths, ro_paths=ro_paths, network=network,
-                             args_fd=args_file.fileno())
+            argv = self.argv(cmd=cmd, workdir=workdir, rw_paths=rw_paths, ro_paths=ro_paths,
+                             args_fd=args_file.fileno(), identity=identity)
             # bwrap itself gets no server variables either.
             return process_supervise(
                 argv=argv, cwd=Path(workdir), env={"PATH": "/usr/bin:/bin"}, limits=limits, level=self.level,
                 stdout_cap=stdout_cap, should_stop=should_stop, pass_fds=(args_file.fileno(),),
             )
+
+
+def _egress_proxy(egress: tuple[str, int]):
+    from evolution.sandbox.egress import EgressProxy
+
+    return EgressProxy(host=egress[0], port=egress[1])
+
+
+def contained_limits(limits: Limits) -> Limits:
+    """A contained run always has a process and CPU cap (RLIMIT_NPROC binds the sandbox user, not the root worker
+    that starts bwrap; CPU time cannot exceed the wall time the run is given anyway)."""
+    return replace(limits, nproc=limits.nproc or sandbox_nproc_default(),
+                   cpu_s=limits.cpu_s or int(math.ceil(limits.wall_s)) + 1)
+
+
+def _refused(message: str, level: IsolationLevel) -> ProcResult:
+    return ProcResult(exit_code=126, signal=None, timed_out=False, cancelled=False, stdout="",
+                      stderr=f"sandbox refused to start: {message}", truncated=False, duration_s=0.0,
+                      isolation_level=level)
 
 
 class DockerRunner:
@@ -141,45 +196,68 @@ class DockerRunner:
         self.image = image
         self.docker = docker or shutil.which("docker") or "docker"
 
-    def run(
-        self, *, cmd: Sequence[str], workdir: Path, rw_paths: Sequence[Path] = (), ro_paths: Sequence[Path] = (),
-        env: Mapping[str, str] | None = None, limits: Limits = Limits(), network: bool = False,
-        stdout_cap: int = 1_000_000, should_stop: Callable[[], bool] | None = None,
-    ) -> ProcResult:
-        name = f"clear-sandbox-{uuid.uuid4().hex[:16]}"
-        inner_env = sandbox_base_env(home=SANDBOX_TMP, tmpdir=SANDBOX_TMP, env=env)
-        argv = [self.docker, "run", "--rm", "--name", name, "--read-only", "--tmpfs", f"{SANDBOX_TMP}:rw,exec",
-                "--cap-drop", "ALL", "--security-opt", "no-new-privileges", "--user", f"{os.getuid()}:{os.getgid()}"]
-        if not network:
-            argv += ["--network", "none"]
+    def argv(
+        self, *, name: str, cmd: Sequence[str], workdir: Path, rw_paths: Sequence[Path], ro_paths: Sequence[Path],
+        env_names: Sequence[str], path_value: str, limits: Limits, identity: SandboxIdentity | None,
+    ) -> list[str]:
+        """`docker run` with the equivalent of the bwrap profile: a non-root user, no network, a read-only root,
+        no capabilities or new privileges, and caps on processes, memory, file size, open files and CPU."""
+        user = f"{identity.uid}:{identity.gid}" if identity is not None else f"{os.getuid()}:{os.getgid()}"
+        argv = [self.docker, "run", "--rm", "--name", name, "--read-only", "--network", "none",
+                "--tmpfs", f"{SANDBOX_TMP}:rw,exec,size={TMP_SIZE_BYTES}", "--tmpfs", "/run:rw,noexec",
+                "--cap-drop", "ALL", "--security-opt", "no-new-privileges", "--user", user,
+                "--pids-limit", str(limits.nproc or sandbox_nproc_default())]
         if limits.memory_bytes:
             argv += ["--memory", str(limits.memory_bytes)]
-        if limits.nproc:
-            argv += ["--pids-limit", str(limits.nproc)]
         if limits.nofile:
             argv += ["--ulimit", f"nofile={limits.nofile}"]
         if limits.fsize_bytes:
             argv += ["--ulimit", f"fsize={limits.fsize_bytes}"]
         if limits.cpu_s:
             argv += ["--ulimit", f"cpu={limits.cpu_s}"]
-        for path in _interpreter_dirs() + [Path(p) for p in ro_paths]:
+        for path in interpreter_dirs() + [Path(p) for p in ro_paths]:
             argv += ["-v", f"{path}:{path}:ro"]
         for path in [Path(workdir), *(Path(p) for p in rw_paths)]:
             argv += ["-v", f"{path}:{path}:rw"]
         # Names only: the values travel in the client's environment, not on a command line `ps` shows. PATH is
         # the exception, the client needs its own.
-        argv += ["-e", f"PATH={inner_env['PATH']}"]
-        for var in inner_env:
+        argv += ["-e", f"PATH={path_value}"]
+        for var in env_names:
             if var != "PATH":
                 argv += ["-e", var]
-        argv += ["-w", str(workdir), self.image, *cmd]
-        client_env = {k: v for k, v in os.environ.items() if k.startswith("DOCKER_")}
-        client_env.update(inner_env)
-        client_env["PATH"] = os.environ.get("PATH", "/usr/bin:/bin")
-        return process_supervise(
-            argv=argv, cwd=Path(workdir), env=client_env, limits=limits, level=self.level, stdout_cap=stdout_cap,
-            should_stop=should_stop, rlimits=False, on_kill=lambda: self._kill(name),
-        )
+        return argv + ["-w", str(workdir), self.image, *cmd]
+
+    def run(
+        self, *, cmd: Sequence[str], workdir: Path, rw_paths: Sequence[Path] = (), ro_paths: Sequence[Path] = (),
+        env: Mapping[str, str] | None = None, limits: Limits = Limits(), egress: tuple[str, int] | None = None,
+        stdout_cap: int = 1_000_000, should_stop: Callable[[], bool] | None = None,
+    ) -> ProcResult:
+        try:
+            identity = sandbox_identity()
+        except SandboxUnavailable as exc:
+            return _refused(exc.message, self.level)
+        if identity is not None:
+            tree_hand_over(paths=[Path(workdir), *map(Path, rw_paths)], identity=identity)
+        limits = contained_limits(limits)
+        name = f"clear-sandbox-{uuid.uuid4().hex[:16]}"
+        with ExitStack() as stack:
+            inner_env = sandbox_base_env(home=SANDBOX_TMP, tmpdir=SANDBOX_TMP, env=env)
+            ro_paths = list(ro_paths)
+            if egress is not None:
+                proxy = stack.enter_context(_egress_proxy(egress))
+                ro_paths.append(proxy.dir)
+                inner_env.update(proxy.env())
+                cmd = proxy.wrap(list(cmd), python=sys.executable)
+            argv = self.argv(name=name, cmd=cmd, workdir=workdir, rw_paths=rw_paths, ro_paths=ro_paths,
+                             env_names=list(inner_env), path_value=inner_env["PATH"], limits=limits,
+                             identity=identity)
+            client_env = {k: v for k, v in os.environ.items() if k.startswith("DOCKER_")}
+            client_env.update(inner_env)
+            client_env["PATH"] = os.environ.get("PATH", "/usr/bin:/bin")
+            return process_supervise(
+                argv=argv, cwd=Path(workdir), env=client_env, limits=limits, level=self.level,
+                stdout_cap=stdout_cap, should_stop=should_stop, rlimits=False, on_kill=lambda: self._kill(name),
+            )
 
     def _kill(self, name: str) -> None:
         # Killing the client leaves the container running; the daemon owns it.

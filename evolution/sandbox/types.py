@@ -27,7 +27,8 @@ class Limits:
     wall_s: float = 120.0
     cpu_s: int | None = None
     memory_bytes: int | None = 2 * 1024**3  # RLIMIT_AS: address space, not resident memory
-    # RLIMIT_NPROC counts every process of the uid machine-wide, and Linux never applies it to uid 0.
+    # RLIMIT_NPROC counts every process of the uid machine-wide, and Linux never applies it to uid 0: the contained
+    # runners default it to CLEAR_EVOLUTION_SANDBOX_NPROC for the sandbox user.
     nproc: int | None = None
     nofile: int | None = 1024
     fsize_bytes: int | None = 512 * 1024**2
@@ -62,7 +63,7 @@ class SandboxRunner(Protocol):
         ro_paths: Sequence[Path] = (),
         env: Mapping[str, str] | None = None,
         limits: Limits = Limits(),
-        network: bool = False,
+        egress: tuple[str, int] | None = None,
         stdout_cap: int = 1_000_000,
         should_stop: Callable[[], bool] | None = None,
     ) -> ProcResult: ...

@@ -9,7 +9,7 @@ from django.db import transaction
 from evolution import git
 from evolution.errors import EvolutionError, SandboxUnavailable
 from evolution.models import EvolutionJob, Iteration, JobState, StageRun, TaskSpec, TrialRun, Verdict
-from evolution.sandbox import sandbox_runner_get
+from evolution.sandbox import sandbox_levels_allowed, sandbox_min_level, sandbox_runner_get
 from evolution.services.gates import failed_tests
 from evolution.services.loop import best_iteration, iteration_current, iteration_end, iteration_start
 from evolution.services.stages import advance, finish
@@ -24,9 +24,20 @@ S = JobState
 
 
 def sandbox_level_choose(*, levels: list[str]) -> str:
-    """The first of the target's allowed levels that works here and meets CLEAR_EVOLUTION_MIN_SANDBOX."""
+    """The first of the target's allowed levels that works here and meets CLEAR_EVOLUTION_MIN_SANDBOX.
+
+    Called before anything of the target runs: a target whose levels all fall below the minimum (registered before
+    the minimum was raised, or by the operator) ends its job here, saying so.
+    """
+    allowed = sandbox_levels_allowed(levels=levels)
+    if not allowed:
+        raise SandboxUnavailable(
+            f"The target allows only the sandbox level(s) {', '.join(levels)}, below this server's minimum "
+            f"{sandbox_min_level()} (CLEAR_EVOLUTION_MIN_SANDBOX): candidate code never runs less contained. Add "
+            f"{sandbox_min_level()} to the target's sandbox_levels, or have the operator lower the minimum.",
+            code="sandbox_below_minimum")
     problems = []
-    for level in levels:
+    for level in allowed:
         try:
             return str(sandbox_runner_get(level=level).level)
         except SandboxUnavailable as exc:

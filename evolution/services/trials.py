@@ -24,7 +24,7 @@ def command_run(*, job: EvolutionJob, template: str, workdir: Path, values: dict
     runner = sandbox_runner_get(level=job.sandbox_level or None)
     cmd = command_render(template, **(values or {}))
     return runner.run(cmd=cmd, workdir=workdir, rw_paths=tuple(rw_paths), ro_paths=tuple(ro_paths), env={},
-                      limits=Limits(wall_s=timeout_s), network=False, should_stop=should_stop)
+                      limits=Limits(wall_s=timeout_s), should_stop=should_stop)
 
 
 def last_json(text: str):
