@@ -147,7 +147,8 @@ ProbeConfig = Annotated[
 class HealthConfig(_Strict):
     interval_s: float = Field(5.0, gt=0)
     window_s: float = Field(90.0, gt=0)
-    passes_required: int = Field(3, ge=1)
+    # Bounded so the fit check below is float arithmetic on sane numbers (400 digits overflowed it into a 500).
+    passes_required: int = Field(3, ge=1, le=10_000)
 
     @model_validator(mode="after")
     def _fits(self) -> HealthConfig:
