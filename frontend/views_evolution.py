@@ -40,6 +40,7 @@ from evolution.selectors import (
 from evolution.services import evolution_job_cancel
 from evolution.services.api_actions import (
     MODES,
+    backend_config_confine,
     evolution_job_approve,
     evolution_job_create,
     evolution_job_reject,
@@ -126,11 +127,13 @@ def _evolve_subject(project: Project, request: HttpRequest):
     raise Http404("Evolve needs an insight or a ticket")
 
 
-def _preflight_report(request: HttpRequest, data: dict) -> None:
-    """The chosen backend's preflight (is its CLI or model usable here?) as a message; nothing is started."""
+def _preflight_report(request: HttpRequest, data: dict, target) -> None:
+    """The chosen backend's preflight (is its CLI or model usable here?) as a message; nothing is started. The
+    backend config is confined as for a job first: building a scripted backend reads its script file."""
     from evolution.backends import backend_get
 
     try:
+        backend_config_confine(target=target, backend_name=data["backend"], backend_config=data["backend_config"])
         check = backend_get(name=data["backend"], config=data["backend_config"]).preflight()
     except ClearError as exc:
         messages.error(request, exc.message)
@@ -153,7 +156,8 @@ def evolve(request: HttpRequest, slug: str) -> HttpResponse:
     if request.method == "POST":
         form = EvolveForm(request.POST, targets=targets)
         if form.is_valid() and "preflight" in request.POST:
-            _preflight_report(request, form.cleaned_data)
+            _preflight_report(request, form.cleaned_data,
+                              next(t for t in targets if t.pk == form.cleaned_data["target"]))
         elif form.is_valid():
             data = form.cleaned_data
             target = next(t for t in targets if t.pk == data["target"])
@@ -164,7 +168,9 @@ def evolve(request: HttpRequest, slug: str) -> HttpResponse:
                                            confirm=data["confirm"])
             except ClearError as exc:
                 for field, problem in (exc.extra.get("fields") or {}).items():
-                    form.add_error(field if field in form.fields else None, f"{field}: {problem}")
+                    # backend_config.script_path is the script box's, backend_config.api_key_env the config's.
+                    name = "script" if field == "backend_config.script_path" else field.split(".")[0]
+                    form.add_error(name if name in form.fields else None, f"{field}: {problem}")
                 messages.error(request, exc.message)
                 status = 400
             else:

@@ -84,7 +84,10 @@ class JobCreateApi(ProjectApi):
                                           help_text="a ticket: its insight is the one to fix")
         backend = serializers.CharField(max_length=100, help_text="scripted, litellm or external")
         backend_config = serializers.JSONField(required=False, default=dict, validators=[json_storable],
-                                               help_text='e.g. {"script_path": "..."} for scripted; see '
+                                               help_text='e.g. {"script_path": "..."} for scripted (one of the '
+                                                         "target's scripted_fixtures, or an inline `script`); an "
+                                                         "`api_key_env` must be one of the setting "
+                                                         "CLEAR_EVOLUTION_BACKEND_ENV_ALLOW; see "
                                                          'evolution/backends/BACKENDS.md')
         depth = serializers.ChoiceField(choices=EvolutionJob.Depth.choices, required=False, default="standard")
         mode = serializers.ChoiceField(choices=MODES, required=False, default="pr",

@@ -21,17 +21,25 @@ from evolution.selectors import (
 from evolution.serializers import TargetOutputSerializer
 from evolution.services import evolution_target_update
 from evolution.services.api_actions import evolution_target_delete, evolution_target_register
+from evolution.services.confinement import MAX_SOURCE_BYTES
 from evolution.services.rollbacks import release_rollback_request
+
+
+SOURCE_HELP = ("a git URL (https://, ssh:// or user@host:path), or an absolute path under one of the directories the "
+               "operator lists in CLEAR_EVOLUTION_SOURCE_ROOTS (not Clear's own, not another project's repository)")
+CONFIG_HELP = ("the evolution config; hot_swap and scripted_fixtures are the operator's (manage.py evolution_target): "
+               "refused here, and kept as they are when a change leaves them out")
 
 
 class TargetInputSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=200)
-    source = serializers.CharField(max_length=1000, help_text="a local repository path or a git URL")
+    source = serializers.CharField(max_length=MAX_SOURCE_BYTES, help_text=SOURCE_HELP)
     config = serializers.JSONField(required=False, allow_null=True, default=None, validators=[json_storable],
-                                   help_text="the evolution config; omitted: the repository's evolution.json")
+                                   help_text=f"{CONFIG_HELP}; omitted: the repository's evolution.json")
     default_branch = serializers.CharField(max_length=200, required=False, default="", allow_blank=True)
-    push_url = serializers.CharField(max_length=1000, required=False, default="", allow_blank=True,
-                                     help_text="where PR branches are pushed (default: the source)")
+    push_url = serializers.CharField(max_length=MAX_SOURCE_BYTES, required=False, default="", allow_blank=True,
+                                     help_text="where PR branches are pushed (default: the source); confined like "
+                                               "the source")
 
 
 class TargetListApi(ProjectApi):
@@ -47,7 +55,8 @@ class TargetListApi(ProjectApi):
 
 class TargetCreateApi(ProjectApi):
     """Register a target. Its config is validated: 400 evolution_config_invalid with `extra.fields` naming every
-    bad field (e.g. `trial_command`, `diff_budget.max_files`); 409 target_exists for a taken name."""
+    bad field (e.g. `trial_command`, `diff_budget.max_files`, `source`, `config.hot_swap`); 409 target_exists for a
+    taken name."""
 
     @extend_schema(operation_id="evolution_targets_create", request=TargetInputSerializer,
                    responses={201: TargetOutputSerializer, 409: OpenApiResponse(description="the name is taken")})
@@ -68,14 +77,14 @@ class TargetDetailApi(ProjectApi):
 
 
 class TargetUpdateApi(ProjectApi):
-    """Change a target's config, source, default branch or push URL (validated as on create); 400 target_busy
-    while it has an active job."""
+    """Change a target's config, source, default branch or push URL (validated and confined as on create); 400
+    target_busy while it has an active job. A config without hot_swap or scripted_fixtures keeps the operator's."""
 
     class InputSerializer(serializers.Serializer):
-        source = serializers.CharField(max_length=1000, required=False)
-        config = serializers.JSONField(required=False, validators=[json_storable])
+        source = serializers.CharField(max_length=MAX_SOURCE_BYTES, required=False, help_text=SOURCE_HELP)
+        config = serializers.JSONField(required=False, validators=[json_storable], help_text=CONFIG_HELP)
         default_branch = serializers.CharField(max_length=200, required=False, allow_blank=True)
-        push_url = serializers.CharField(max_length=1000, required=False, allow_blank=True)
+        push_url = serializers.CharField(max_length=MAX_SOURCE_BYTES, required=False, allow_blank=True)
 
     @extend_schema(operation_id="evolution_targets_partial_update", request=InputSerializer,
                    responses=TargetOutputSerializer)

@@ -4,7 +4,9 @@ plays a role, inside the sandbox, with a cleared environment holding only the on
 Config: template ("claude" | "codex" | "aider" | "mini-swe-agent" | "custom"), command (custom only; see
 templates/custom.py), api_key_env (default: the template's, e.g. ANTHROPIC_API_KEY for claude; "" for none), model,
 timeout (s, caps the request's), executable (a path or name overriding the template's program), extra_args (list),
-env (literal non-secret variables, e.g. a base URL), sandbox_level, memory_bytes (address-space cap; none by
+env (literal non-secret variables, e.g. a base URL), model_url (the model API the CLI talks to, default the
+template's, e.g. https://api.anthropic.com: the CLI's only network destination, through the sandbox's egress proxy;
+an http:// base URL of that host in env is rewritten to the proxy's address), sandbox_level, memory_bytes (address-space cap; none by
 default because Node-based CLIs reserve far more address space than they use), mini_config (mini-swe-agent -c).
 
 The role's workdir is the CLI's writable cwd for read_write roles; for read_only roles it is mounted read-only and the
@@ -28,9 +30,11 @@ from typing import Any
 from clear.llm import price_per_token
 from evolution.errors import BackendError, SandboxUnavailable
 from evolution.sandbox import Limits, sandbox_runner_get
+from evolution.sandbox.egress import EgressProxy, egress_from_url
 from evolution.sandbox.types import sandbox_base_env
 
 from .base import Access, CodingBackend, Preflight, RoleRequest, RoleResult
+from .key_env import api_key_env_check
 from .templates import TEMPLATES, CliTemplate, Invocation
 
 PREFLIGHT_TIMEOUT_S = 15.0
@@ -55,6 +59,7 @@ class ExternalCommandBackend(CodingBackend):
         api_key_env = config.get("api_key_env", self.template.default_api_key_env)
         if api_key_env is not None and not isinstance(api_key_env, str):
             raise BackendError("external backend: config 'api_key_env' must be the name of an environment variable")
+        api_key_env_check(name=api_key_env, backend=self.name)
         self.api_key_env = api_key_env or None
         self.model = config.get("model") or ""
         self.timeout = config.get("timeout")
@@ -68,10 +73,24 @@ class ExternalCommandBackend(CodingBackend):
         self.literal_env = dict(config.get("env") or {})
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in self.literal_env.items()):
             raise BackendError("external backend: config 'env' must map variable names to string values")
+        self.egress = self._egress(config.get("model_url", self.template.default_model_url))
         self.memory_bytes = config.get("memory_bytes")
         self.sandbox_level = config.get("sandbox_level")
         self.program = config.get("executable") or getattr(self.template, "program", "") or self.template.executable
         self._cancelled = threading.Event()
+
+    @staticmethod
+    def _egress(model_url: Any) -> tuple[str, int] | None:
+        # The CLI's one way out of the sandbox: the model host and port, through the egress proxy; none without one.
+        if not model_url:
+            return None
+        if not isinstance(model_url, str):
+            raise BackendError("external backend: config 'model_url' must be the model API's URL, e.g. "
+                               "https://api.anthropic.com")
+        try:
+            return egress_from_url(model_url)
+        except ValueError as error:
+            raise BackendError(f"external backend: config 'model_url': {error}") from error
 
     def _executable(self) -> str | None:
         return shutil.which(self.program)
@@ -93,18 +112,20 @@ class ExternalCommandBackend(CodingBackend):
         argv = self.template.version_argv(executable)
         if argv is None:
             return Preflight(ok=True, version=executable)
+        # The executable is whatever the job's config names: its --version runs contained like the role itself.
+        try:
+            runner = sandbox_runner_get(level=self.sandbox_level)
+        except SandboxUnavailable as error:
+            return Preflight(ok=False, error=error.message)
         with tempfile.TemporaryDirectory(prefix="clear-preflight-") as home:
-            try:
-                answer = subprocess.run(argv, capture_output=True, text=True, timeout=PREFLIGHT_TIMEOUT_S,
-                                        stdin=subprocess.DEVNULL, cwd=home, check=False,
-                                        env={"PATH": self._path(executable), "HOME": home, "LANG": "C.UTF-8"})
-            except subprocess.TimeoutExpired:
-                return Preflight(ok=False, error=f"`{' '.join(argv)}` did not answer in {PREFLIGHT_TIMEOUT_S:g} s")
-            except OSError as error:
-                return Preflight(ok=False, error=f"`{' '.join(argv)}` could not start: {error}")
+            answer = runner.run(cmd=argv, workdir=Path(home), env={"PATH": self._path(executable)},
+                                ro_paths=[Path(executable).resolve().parent, Path(executable).parent],
+                                limits=Limits(wall_s=PREFLIGHT_TIMEOUT_S, memory_bytes=self.memory_bytes))
+        if answer.timed_out:
+            return Preflight(ok=False, error=f"`{' '.join(argv)}` did not answer in {PREFLIGHT_TIMEOUT_S:g} s")
         lines = [line.strip() for line in (answer.stdout + "\n" + answer.stderr).splitlines() if line.strip()]
-        if answer.returncode != 0:
-            return Preflight(ok=False, error=f"`{' '.join(argv)}` exited with {answer.returncode}: "
+        if answer.exit_code != 0:
+            return Preflight(ok=False, error=f"`{' '.join(argv)}` exited with {answer.exit_code}: "
                              f"{' '.join(lines)[-500:]}")
         return Preflight(ok=True, version=lines[0][:200] if lines else executable)
 
@@ -164,6 +185,10 @@ class ExternalCommandBackend(CodingBackend):
         argv = template.argv(invocation)
         env.update(template.env(invocation))
         env.update(self.literal_env)
+        if self.egress is not None:
+            # An http:// base URL of the model host (a local model server) is reached at the relay's address.
+            local = EgressProxy(host=self.egress[0], port=self.egress[1])
+            env = {name: local.local_url(value) for name, value in env.items()}
         if self.api_key_env:
             env[self.api_key_env] = value  # set last: config 'env' cannot shadow or add a second secret
         try:
@@ -178,7 +203,7 @@ class ExternalCommandBackend(CodingBackend):
             indent=1), encoding="utf-8")
         proc = runner.run(
             cmd=argv, workdir=invocation.cwd, rw_paths=[] if read_only else [scratch], ro_paths=ro_paths, env=env,
-            limits=Limits(wall_s=wall, memory_bytes=self.memory_bytes, nofile=4096), network=True,
+            limits=Limits(wall_s=wall, memory_bytes=self.memory_bytes, nofile=4096), egress=self.egress,
             stdout_cap=STDOUT_CAP, should_stop=self._cancelled.is_set,
         )
         stdout_log = request.log_dir / f"{stem}.stdout.log"

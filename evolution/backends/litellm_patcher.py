@@ -31,6 +31,7 @@ from clear.llm import LlmEndpoint, LlmReply, LlmUsage, cost_usd, litellm_load, l
 from evolution.errors import BackendError
 
 from .base import Access, CodingBackend, Preflight, RoleRequest, RoleResult
+from .key_env import api_key_env_check
 from .litellm_context import repo_context_build
 from .litellm_edits import EDIT_INSTRUCTIONS, EDITS_PROPERTY, edits_apply, edits_parse, edits_plan
 from .schemas import output_validate
@@ -56,6 +57,9 @@ class LiteLLMPatcherBackend(CodingBackend):
         self.model = str(config.get("model") or "")
         self.api_base = config.get("api_base") or None
         self.api_key_env = config.get("api_key_env") or None
+        if self.api_key_env is not None and not isinstance(self.api_key_env, str):
+            raise BackendError("litellm backend: config 'api_key_env' must be the name of an environment variable")
+        api_key_env_check(name=self.api_key_env, backend=self.name)
         self.limits: dict[str, int] = {}
         for key, default in _INT_KEYS.items():
             value = config.get(key, default)

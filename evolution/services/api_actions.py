@@ -9,6 +9,7 @@ from django.db import transaction
 from clear.errors import ClearError, ConflictError
 from evolution.errors import EvolutionConfigInvalid, GitError
 from evolution.models import EvolutionJob, EvolutionTarget, JobState
+from evolution.services.confinement import git_error_reason, script_path_check
 from evolution.services.jobs import (
     _target_idle_check, audit, evolution_job_consent, evolution_job_discard, evolution_job_start,
 )
@@ -23,14 +24,31 @@ class ApproverMissingError(ClearError):
 
 def evolution_target_register(*, project, name: str, source: str, config: dict | None = None,
                               default_branch: str = "", push_url: str = "", created_by=None) -> EvolutionTarget:
-    """Add a target; without `config`, the repository's own evolution.json is read (a repository that cannot be
-    cloned or has no such file is a 400 naming `source` or `config`)."""
+    """Add a target for an API or web user, confined (services/confinement.py); without `config`, the repository's
+    own evolution.json is read (a repository that cannot be cloned or has no such file is a 400 naming `source` or
+    `config`, git's own words left out)."""
     try:
         return evolution_target_add(project=project, name=name, source=source, config=config,
-                                    default_branch=default_branch, push_url=push_url, created_by=created_by)
+                                    default_branch=default_branch, push_url=push_url, created_by=created_by,
+                                    operator=False)
     except GitError as exc:
-        raise EvolutionConfigInvalid(f"source: cannot read the repository: {exc.message}",
-                                     extra={"fields": {"source": exc.message}}) from exc
+        reason = git_error_reason(exc)
+        raise EvolutionConfigInvalid(f"source: cannot read the repository ({reason})",
+                                     extra={"fields": {"source": reason}}) from None
+
+
+def backend_config_confine(*, target: EvolutionTarget, backend_name: str, backend_config: dict) -> None:
+    """What an API or web user may put in a backend config (the operator's `manage.py evolution_job` is not
+    checked): a scripted job's script file is one the operator listed for the target, and an API key variable is
+    one of CLEAR_EVOLUTION_BACKEND_ENV_ALLOW (the backends check that again when they are built)."""
+    from evolution.backends.key_env import api_key_env_check
+
+    if not isinstance(backend_config, dict):
+        return  # backend_get says what it must be
+    if backend_name == "scripted":
+        script_path_check(target=target, backend_config=backend_config)
+    elif backend_name in ("external", "litellm"):
+        api_key_env_check(name=backend_config.get("api_key_env"), backend=backend_name)
 
 
 def job_mode(job: EvolutionJob) -> str:
@@ -60,6 +78,7 @@ def evolution_job_create(*, project, target: EvolutionTarget, insight, backend_n
             f"mode: target {target.name!r} has no hot_swap section in its config (activator, probes; see "
             "evolution/deploy/README.md); add one or use mode pr",
             extra={"fields": {"mode": "the target has no hot_swap config"}})
+    backend_config_confine(target=target, backend_name=backend_name, backend_config=backend_config)
     if not confirm:
         _target_idle_check(target=target)  # a busy target is the first thing to say
         note = evolution_insight_fix_note(project=project, insight=insight)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import tarfile
 import tempfile
 from pathlib import Path
 
@@ -13,25 +14,57 @@ from django.db import IntegrityError, transaction
 from clear.errors import ConflictError
 from evolution import git
 from evolution.config import target_config_validate
-from evolution.errors import EvolutionConfigInvalid, EvolutionError
+from evolution.errors import EvolutionConfigInvalid, EvolutionError, GitError
 from evolution.models import TERMINAL_STATES, EvolutionTarget
+from evolution.services.confinement import (
+    git_error_reason, operator_sections_keep, source_confined, source_shape_check,
+)
 
 logger = logging.getLogger(__name__)
 
 URL_RE = re.compile(r"^(?:https?|ssh|git|file)://|^[\w.-]+@[\w.-]+:")
 
 
-def _source_check(source: str) -> str:
-    source = source.strip()
+def _source_check(source: str, *, project, operator: bool) -> str:
+    """The operator may name any path (relative to the cwd) or URL; anyone else what confinement allows."""
+    if not operator:
+        return source_confined(source=source, project=project)
+    source = source_shape_check(value=source)
     if not source:
         raise EvolutionConfigInvalid("source: give a local repository path or a git URL",
                                      extra={"fields": {"source": "required"}})
     if URL_RE.match(source):
         return source
-    path = Path(source).expanduser().resolve()
-    if not path.exists():
+    try:
+        path = Path(source).expanduser().resolve()
+        exists = path.exists()
+    except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop, before Python 3.13
+        raise EvolutionConfigInvalid(f"source: {source} cannot be read: {exc}",
+                                     extra={"fields": {"source": "unreadable"}}) from exc
+    if not exists:
         raise EvolutionConfigInvalid(f"source: {path} does not exist", extra={"fields": {"source": "missing"}})
     return str(path)
+
+
+def _repo_config_read_confined(*, source: str, ref: str) -> dict:
+    """repo_config_read for an API or web user: git's failure said in a few words (its message holds the command,
+    the server's paths and its temp dir), the repository's operator-only sections refused."""
+    try:
+        config = repo_config_read(source=source, ref=ref)
+    except GitError as exc:
+        reason = git_error_reason(exc)
+        if "is not a commit" in exc.message:
+            raise EvolutionConfigInvalid(f"default_branch: {reason}",
+                                         extra={"fields": {"default_branch": reason}}) from None
+        raise EvolutionConfigInvalid(
+            f"source: could not read the repository's evolution.json (git could not fetch it: {reason})",
+            extra={"fields": {"source": f"git could not fetch it: {reason}"}}) from None
+    except (tarfile.TarError, OSError):
+        # tarfile's "data" filter refuses links out of the export, e.g. an evolution.json pointing at /etc.
+        problem = "its files could not be unpacked (a link leaving the repository, or a special file)"
+        raise EvolutionConfigInvalid(f"source: could not read the repository's evolution.json ({problem})",
+                                     extra={"fields": {"source": problem}}) from None
+    return operator_sections_keep(config=config, stored=None, from_repository=True)
 
 
 def repo_config_read(*, source: str, ref: str = "") -> dict:
@@ -45,7 +78,8 @@ def repo_config_read(*, source: str, ref: str = "") -> dict:
         path = export / "evolution.json"
         if not path.is_file():
             raise EvolutionConfigInvalid(
-                f"config: the repository has no evolution.json at {commit[:12]}; pass --config FILE",
+                f"config: the repository has no evolution.json at {commit[:12]}; give the config (--config FILE "
+                "with manage.py evolution_target)",
                 extra={"fields": {"config": "missing"}})
         return config_parse(text=path.read_text(), where="evolution.json")
 
@@ -61,24 +95,54 @@ def config_parse(*, text: str, where: str) -> dict:
     return value
 
 
+def _push_url_check(push_url: str, *, project, operator: bool) -> str:
+    # Clear pushes PR branches there: through the API it is confined like a source.
+    if operator or not push_url.strip():
+        return source_shape_check(value=push_url, field="push_url")
+    return source_confined(source=push_url, project=project, field="push_url")
+
+
 def evolution_target_add(*, project, name: str, source: str, config: dict | None = None, default_branch: str = "",
-                         push_url: str = "", created_by=None) -> EvolutionTarget:
+                         push_url: str = "", created_by=None, operator: bool = False) -> EvolutionTarget:
+    """Register a target. `operator` (manage.py evolution_target only) lifts the confinement of
+    services/confinement.py: any local path, the hot_swap and scripted_fixtures sections."""
     name = name.strip()
     if not name:
         raise EvolutionConfigInvalid("name: required", extra={"fields": {"name": "required"}})
-    source = _source_check(source)
+    source = _source_check(source, project=project, operator=operator)
+    push_url = _push_url_check(push_url, project=project, operator=operator)
     if config is None:
-        config = repo_config_read(source=source, ref=default_branch)
+        config = (repo_config_read(source=source, ref=default_branch) if operator
+                  else _repo_config_read_confined(source=source, ref=default_branch))
+    elif not operator:
+        config = operator_sections_keep(config=config, stored=None) if isinstance(config, dict) else config
     validated = target_config_validate(config)
+    if not operator:
+        _levels_confine(validated)
     try:
         with transaction.atomic():
             target = EvolutionTarget.objects.create(
                 project=project, name=name, source=source, default_branch=default_branch.strip(),
-                push_url=push_url.strip(), config=validated.model_dump(exclude_none=True), created_by=created_by)
+                push_url=push_url, config=validated.model_dump(exclude_none=True), created_by=created_by)
     except IntegrityError as exc:
         raise ConflictError(f"A target named {name!r} already exists in this project", code="target_exists") from exc
     _release_zero(target)
     return target
+
+
+def _levels_confine(config) -> None:
+    """Drop the sandbox levels below the server's minimum; refuse a config that keeps none (the operator's command
+    may register one: its jobs then end before anything of the target runs)."""
+    from evolution.sandbox import sandbox_levels_allowed, sandbox_min_level
+
+    allowed = sandbox_levels_allowed(levels=config.sandbox_levels)
+    if not allowed:
+        floor = sandbox_min_level()
+        raise EvolutionConfigInvalid(
+            f"sandbox_levels: {', '.join(config.sandbox_levels)} all fall below this server's minimum {floor} "
+            f"(CLEAR_EVOLUTION_MIN_SANDBOX): candidate code never runs less contained here; allow {floor} or a "
+            "stronger level", extra={"fields": {"sandbox_levels": f"below the minimum {floor}"}})
+    config.sandbox_levels = allowed
 
 
 def _release_zero(target: EvolutionTarget) -> None:
@@ -93,16 +157,32 @@ def _release_zero(target: EvolutionTarget) -> None:
 
 
 def evolution_target_update(*, target: EvolutionTarget, config: dict | None = None, source: str | None = None,
-                            push_url: str | None = None, default_branch: str | None = None) -> EvolutionTarget:
+                            push_url: str | None = None, default_branch: str | None = None,
+                            operator: bool = False) -> EvolutionTarget:
+    """Change a target, checked as on add. Without `operator`, the config's hot_swap and scripted_fixtures stay as
+    the operator set them (left out: kept; sent unchanged: fine; changed: refused), and the source of a hot-swap
+    target stays where the operator put it (its releases run on the host)."""
     if target.jobs.exclude(state__in=TERMINAL_STATES).exists():
         raise EvolutionError(f"Target {target.name!r} has an active job; change it when the job has ended",
                              code="target_busy")
     if config is not None:
-        target.config = target_config_validate(config).model_dump(exclude_none=True)
-    if source is not None:
-        target.source = _source_check(source)
-    if push_url is not None:
-        target.push_url = push_url.strip()
+        if not operator and isinstance(config, dict):
+            config = operator_sections_keep(config=config, stored=target.config)
+        validated = target_config_validate(config)
+        if not operator:
+            _levels_confine(validated)
+        target.config = validated.model_dump(exclude_none=True)
+    # The edit form sends the source and push URL back as they are: what is unchanged is not checked again (the
+    # operator may have put it outside the source roots).
+    if source is not None and source.strip() != target.source:
+        checked = _source_check(source, project=target.project, operator=operator)
+        if checked != target.source and not operator and (target.config or {}).get("hot_swap"):
+            raise EvolutionConfigInvalid(
+                "source: this target has an operator-set hot_swap section; only the operator can move its source: "
+                "manage.py evolution_target update", extra={"fields": {"source": "only the operator can change it"}})
+        target.source = checked
+    if push_url is not None and push_url.strip() != target.push_url:
+        target.push_url = _push_url_check(push_url, project=target.project, operator=operator)
     if default_branch is not None:
         target.default_branch = default_branch.strip()
     target.save()

@@ -34,7 +34,7 @@ def router_remote(tmp_path):
 
 @pytest.fixture
 def router_target(project, router_remote):
-    return evolution_target_add(project=project, name="router", source=str(router_remote))
+    return evolution_target_add(operator=True, project=project, name="router", source=str(router_remote))
 
 
 @pytest.fixture

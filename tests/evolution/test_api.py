@@ -3,6 +3,7 @@ insight or a ticket, listed with filters, followed through a real pipeline run (
 repository, sandbox, eager Celery) to its verdict, approved by the patch hash the client saw, cancelled, discarded."""
 
 import hashlib
+import json
 
 import pytest
 from rest_framework.test import APIClient
@@ -24,14 +25,21 @@ def api(issued_key):
     return APIClient(HTTP_AUTHORIZATION=f"Bearer {issued_key.secret}")
 
 
+@pytest.fixture(autouse=True)
+def source_roots(settings, tmp_path):
+    """The operator lets API users register repositories under the test's directory (the fixture router's)."""
+    settings.CLEAR_EVOLUTION_SOURCE_ROOTS = [str(tmp_path)]
+
+
 @pytest.fixture
 def script(tmp_path):
     return script_write(tmp_path / "script.json", happy_entries(replace_edit(FIXED_BRANCH)))
 
 
 def _job_body(target, insight, script, **extra):
+    # Inline: through the API a script file must be one of the target's scripted_fixtures (the operator's).
     return {"target": target.pk, "insight": insight.pk, "backend": "scripted",
-            "backend_config": {"script_path": str(script)}, "depth": "shallow", **extra}
+            "backend_config": {"script": json.loads(script.read_text())}, "depth": "shallow", **extra}
 
 
 def test_a_bad_target_config_is_a_400_naming_every_bad_field(api, router_remote):
@@ -65,13 +73,14 @@ def test_targets_crud(api, router_remote, project, refund_insight, script):
 
     bad = api.patch(url, {"config": {**CONFIG, "trials": 0}}, format="json")
     assert bad.status_code == 400 and set(bad.json()["extra"]["fields"]) == {"trials"}
-    good = api.patch(url, {"config": {**CONFIG, "trials": 1}, "push_url": "/tmp/elsewhere.git"}, format="json")
+    good = api.patch(url, {"config": {**CONFIG, "trials": 1}, "push_url": "ssh://git@git.example.com/elsewhere.git"},
+                     format="json")
     assert good.status_code == 200 and good.json()["config"]["trials"] == 1
-    assert good.json()["push_url"] == "/tmp/elsewhere.git"
+    assert good.json()["push_url"] == "ssh://git@git.example.com/elsewhere.git"
 
     # A target with a job keeps it: 409; one without is deleted.
     job = api.post(JOBS, {"target": target["id"], "insight": refund_insight.pk, "backend": "scripted",
-                          "backend_config": {"script_path": str(script)}}, format="json")
+                          "backend_config": {"script": json.loads(script.read_text())}}, format="json")
     assert job.status_code == 201, job.content
     assert api.delete(url).json()["code"] == "target_has_jobs"
     other = api.post(TARGETS, {"name": "spare", "source": str(router_remote), "config": CONFIG}, format="json").json()
@@ -96,7 +105,7 @@ def test_jobs_create_list_filter_and_cancel(api, project, owner, router_target, 
 
     # By ticket: the ticket's insight is the one to fix.
     response = api.post(JOBS, {"target": router_target.pk, "ticket": ticket.pk, "backend": "scripted",
-                               "backend_config": {"script_path": str(script)}}, format="json")
+                               "backend_config": {"script": json.loads(script.read_text())}}, format="json")
     assert response.status_code == 201, response.content
     job = response.json()
     assert (job["state"], job["insight_id"], job["ticket_id"], job["mode"]) == \
@@ -205,7 +214,7 @@ def test_another_projects_objects_are_404_and_no_key_is_401(api, outsider_projec
     from evolution.services import evolution_target_add
     from tests.evolution.support import failing_traces_ingest, insight_for_traces
 
-    theirs = evolution_target_add(project=outsider_project, name="theirs", source=str(router_remote))
+    theirs = evolution_target_add(operator=True, project=outsider_project, name="theirs", source=str(router_remote))
     their_insight = insight_for_traces(project=outsider_project, title="theirs",
                                        traces=failing_traces_ingest(project=outsider_project, tasks=[("x", 1)]))
     assert api.get(f"{TARGETS}{theirs.pk}/").status_code == 404

@@ -156,7 +156,10 @@ def test_the_cli_sees_only_its_own_api_key(fake_bin, repo, tmp_path, level):
     assert env["ANTHROPIC_API_KEY"] == "sk-ant-test"
     for leaked in ("SECRET_KEY", "DATABASE_URL", "OPENAI_API_KEY"):
         assert leaked not in env
-    assert set(env) - {"ANTHROPIC_API_KEY", "IS_SANDBOX"} <= ALLOWED_ENV
+    proxy = {"HTTPS_PROXY", "https_proxy", "NO_PROXY", "no_proxy", "NODE_USE_ENV_PROXY"} if level == "bwrap" else set()
+    assert set(env) - {"ANTHROPIC_API_KEY", "IS_SANDBOX"} - proxy <= ALLOWED_ENV
+    if level == "bwrap":  # its one way out: the model host, through the egress proxy
+        assert env["HTTPS_PROXY"].startswith("http://127.0.0.1:")
     # Claude Code refuses to skip permissions as root outside a declared sandbox.
     assert env.get("IS_SANDBOX") == ("1" if os.geteuid() == 0 else None)
     assert env["PATH"].split(":")[0] == str(fake_bin)
@@ -399,3 +402,78 @@ def test_a_job_with_the_external_backend_reaches_a_verdict(tmp_path, monkeypatch
     assert '+        return "refunds"' in patch
     locate = StageRun.objects.get(job=job, stage="locate")
     assert locate.tree_hash_before == locate.tree_hash_after != ""
+
+
+# Asks the model server through the base URL it was given, then tries the host's other loopback service directly and
+# through the proxy: only the first may answer.
+NET_AGENT = """\
+import json, os, socket, urllib.request
+base = os.environ["MODEL_BASE_URL"]
+seen = {"base": base}
+try:
+    seen["model"] = urllib.request.urlopen(base + "/v1/models", timeout=5).read().decode()
+except Exception as error:
+    seen["model"] = f"refused: {error}"
+other = int(os.environ["OTHER_PORT"])
+try:
+    socket.create_connection(("127.0.0.1", other), timeout=3).close()
+    seen["direct"] = "connected"
+except OSError as error:
+    seen["direct"] = f"refused: {error}"
+proxy = os.environ.get("HTTPS_PROXY", "http://127.0.0.1:1").rsplit(":", 1)
+try:
+    conn = socket.create_connection((proxy[0].split("//")[1], int(proxy[1])), timeout=3)
+    conn.sendall(f"CONNECT 127.0.0.1:{other} HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n".encode())
+    seen["tunnel"] = conn.recv(100).decode().splitlines()[0]
+except OSError as error:
+    seen["tunnel"] = f"refused: {error}"
+print("```json\\n" + json.dumps({"status": "DONE", "summary": json.dumps(seen)}) + "\\n```")
+"""
+
+
+def test_the_cli_reaches_its_model_host_and_nothing_else_of_the_host(fake_bin, repo, tmp_path):
+    import http.server
+    import socket
+
+    if sandbox_problems()[IsolationLevel.BWRAP]:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"bubblewrap does not work here: {sandbox_problems()[IsolationLevel.BWRAP]}")
+        pytest.skip("bubblewrap does not work here")
+
+    class Models(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b'{"data": ["fake-model"]}')
+
+        def log_message(self, *args):
+            pass
+
+    model = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Models)
+    threading.Thread(target=model.serve_forever, daemon=True).start()
+    other = socket.socket()
+    other.bind(("127.0.0.1", 0))
+    other.listen(4)
+    other.settimeout(0.5)
+    _script(fake_bin, "net-agent", NET_AGENT)
+    model_url = f"http://127.0.0.1:{model.server_address[1]}"
+    try:
+        backend = backend_get(name="external", config={
+            "template": "custom", "command": "net-agent", "sandbox_level": "bwrap", "model_url": model_url,
+            "env": {"MODEL_BASE_URL": model_url, "OTHER_PORT": str(other.getsockname()[1])}})
+        result = backend.run_role(_request(repo, tmp_path))
+        try:
+            other.accept()[0].close()
+            reached_other = True
+        except (TimeoutError, BlockingIOError):
+            reached_other = False
+    finally:
+        model.shutdown()
+        other.close()
+    assert result.exit_code == 0, result.error
+    seen = json.loads(result.output["summary"])
+    assert seen["model"] == '{"data": ["fake-model"]}', seen
+    assert seen["base"] != model_url  # rewritten to the relay inside the sandbox
+    assert seen["direct"].startswith("refused"), seen
+    assert "403" in seen["tunnel"], seen
+    assert not reached_other

@@ -37,6 +37,13 @@ def _git(repo: Path, *argv: str) -> str:
     return subprocess.run(["git", *argv], cwd=repo, env=GIT_ENV, check=True, capture_output=True, text=True).stdout
 
 
+@pytest.fixture(autouse=True)
+def key_variables_allowed(settings):
+    """The fake server's key variables are ones the operator lets backends read (see test_target_confinement.py)."""
+    settings.CLEAR_EVOLUTION_BACKEND_ENV_ALLOW = [*settings.CLEAR_EVOLUTION_BACKEND_ENV_ALLOW, "FAKE_LLM_KEY",
+                                                  "NO_SUCH_KEY_VAR"]
+
+
 @pytest.fixture
 def repo(tmp_path) -> Path:
     path = tmp_path / "repo"

@@ -62,7 +62,7 @@ def test_a_promoted_fix_is_confirmed_by_the_next_release_and_reopened_when_the_b
     assert (race.status, _ticket(race).status) == ("open", "open")
 
     target_repo_make(dest=tmp_path / "desk")
-    target = evolution_target_add(project=project, name="support-desk", source=str(tmp_path / "desk"),
+    target = evolution_target_add(operator=True, project=project, name="support-desk", source=str(tmp_path / "desk"),
                                   config={**EVOLUTION_CONFIG, "hot_swap": FAST_HOT_SWAP})
     root = releases_root(target=target)
     try:
@@ -108,7 +108,7 @@ def test_a_merged_pull_request_is_watched_under_the_release_named(desk, project,
     run_v2 = desk("v2", "mediator_race")
     race = insight_for_tasks(project, "mediator", TOUCHED_BY["mediator_race"], run_v2)
     target_repo_make(dest=tmp_path / "desk")
-    target = evolution_target_add(project=project, name="support-desk", source=str(tmp_path / "desk"))
+    target = evolution_target_add(operator=True, project=project, name="support-desk", source=str(tmp_path / "desk"))
     job = evolution_job_start(project=project, target=target, insight=race, backend_name="scripted",
                               backend_config={"script": {"entries": []}}, enqueue=False)
     with pytest.raises(JobStateError, match="only a job whose PR was opened"):

@@ -38,7 +38,7 @@ HEALTH_BREAKING = FIXED_BRANCH + '''    if "hello" in text:
 
 @pytest.fixture
 def hot_target(project, router_remote):
-    target = evolution_target_add(project=project, name="router-hot", source=str(router_remote),
+    target = evolution_target_add(operator=True, project=project, name="router-hot", source=str(router_remote),
                                   config={**CONFIG, "hot_swap": HOT_SWAP})
     yield target
     hot_swap_config_validate(HOT_SWAP).build(releases_root=releases_root(target=target)).activator.stop()
@@ -50,7 +50,8 @@ def promote(project, owner, hot_target, refund_insight, tmp_path, django_capture
         script = script_write(tmp_path / f"{name}.json", happy_entries(replace_edit(branch)))
         with django_capture_on_commit_callbacks(execute=True):
             job = evolution_job_create(project=project, target=hot_target, insight=refund_insight,
-                                       backend_name="scripted", backend_config={"script_path": str(script)},
+                                       backend_name="scripted",  # the API's way: an inline script
+                                       backend_config={"script": json.loads(script.read_text())},
                                        depth="shallow", mode="hot_swap", confirm=True)
         job.refresh_from_db()
         assert job.state == "AWAITING_CONSENT", (job.terminal_reason, job.error)

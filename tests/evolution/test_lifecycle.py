@@ -64,7 +64,7 @@ def _start(project, target, insight, tmp_path, entries, policy):
 @pytest.mark.django_db
 def test_a_trial_past_its_limit_fails_and_leaves_no_process(project, router_remote, refund_insight, tmp_path,
                                                             django_capture_on_commit_callbacks):
-    target = evolution_target_add(project=project, name="router-fast", source=str(router_remote),
+    target = evolution_target_add(operator=True, project=project, name="router-fast", source=str(router_remote),
                                   config={**CONFIG, "trial_timeout_s": 2})
     marker = f"evo-orphan-{uuid.uuid4().hex}"
     edit = {"path": "router/agent.py", "write": SLEEPY_AGENT.replace("MARKER", marker)}
@@ -82,7 +82,7 @@ def test_a_trial_past_its_limit_fails_and_leaves_no_process(project, router_remo
 @pytest.mark.django_db(transaction=True)
 def test_cancel_mid_trials_kills_the_trial_and_removes_the_worktree(project, router_remote, refund_insight,
                                                                     tmp_path):
-    target = evolution_target_add(project=project, name="router", source=str(router_remote),
+    target = evolution_target_add(operator=True, project=project, name="router", source=str(router_remote),
                                   config={**CONFIG, "trial_timeout_s": 300})
     marker = f"evo-cancel-{uuid.uuid4().hex}"
     edit = {"path": "router/agent.py", "write": SLEEPY_AGENT.replace("MARKER", marker)}
@@ -121,7 +121,7 @@ def test_janitor_fails_a_job_whose_worker_was_lost_and_prunes_orphans(project, r
     job_transition(job_id=job.pk, from_states=["QUEUED"], to_state="PREPARING", actor="test", event="claimed")
     StageRun.objects.create(job=job, stage="prepare", claim="x")
     EvolutionJob.objects.filter(pk=job.pk).update(heartbeat_at=timezone.now() - timedelta(hours=1))
-    other = evolution_target_add(project=project, name="router-2", source=str(router_remote))
+    other = evolution_target_add(operator=True, project=project, name="router-2", source=str(router_remote))
     alive = _start(project, other, refund_insight, tmp_path, [], {"trials": 1})
     job_transition(job_id=alive.pk, from_states=["QUEUED"], to_state="PREPARING", actor="test", event="claimed")
     jobs_dir = Path(settings.CLEAR_EVOLUTION_DIR) / "jobs"
@@ -243,7 +243,7 @@ def test_the_stage_chain_runs_through_a_real_worker(celery_worker, worker_evolut
 @pytest.mark.worker
 def test_a_worker_killed_mid_trials_is_failed_by_the_janitor(celery_worker, worker_evolution_dir, settings, project,
                                                              router_remote, refund_insight, tmp_path):
-    target = evolution_target_add(project=project, name="router-slow", source=str(router_remote),
+    target = evolution_target_add(operator=True, project=project, name="router-slow", source=str(router_remote),
                                   config={**CONFIG, "trial_timeout_s": 300})
     marker = f"evo-crash-{uuid.uuid4().hex}"
     edit = {"path": "router/agent.py", "write": SLEEPY_AGENT.replace("MARKER", marker)}
@@ -275,7 +275,7 @@ def test_janitor_rolls_back_a_hot_swap_whose_promoter_died(project, router_remot
     hot_swap = {"activator": {"kind": "process", "command": "python -c 'import time; time.sleep(600)'"},
                 "probes": [{"kind": "process_alive"}], "health": {"interval_s": 0.2, "window_s": 4,
                                                                    "passes_required": 2}}
-    target = evolution_target_add(project=project, name="router-hot", source=str(router_remote),
+    target = evolution_target_add(operator=True, project=project, name="router-hot", source=str(router_remote),
                                   config={**CONFIG, "hot_swap": hot_swap})
     root = evolution_target_releases_root(target=target)
     for release in ("good", "half-done"):

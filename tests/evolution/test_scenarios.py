@@ -136,8 +136,8 @@ def test_the_grader_comes_from_the_base_commit_even_when_the_candidate_may_edit_
         project, router_remote, refund_insight, tmp_path, django_capture_on_commit_callbacks):
     from evolution.services import evolution_target_add
 
-    target = evolution_target_add(project=project, name="router-open", source=str(router_remote), config={
-        **CONFIG, "editable_paths": ["router/**", "grading/**"], "denied_paths": []})
+    target = evolution_target_add(operator=True, project=project, name="router-open", source=str(router_remote),
+                                  config={**CONFIG, "editable_paths": ["router/**", "grading/**"], "denied_paths": []})
     cheat = {"path": "grading/grade.py", "write": "print('{\"score\": 1.0, \"passed\": true}')\n"}
     script = script_write(tmp_path / "cheat.json", happy_entries(cheat))
     with django_capture_on_commit_callbacks(execute=True):
@@ -154,7 +154,7 @@ def test_targets_of_earlier_promoted_fixes_become_regressions(project, router_re
     from evolution.services.trials import job_tasks_snapshot
     from tests.evolution.support import failing_traces_ingest, insight_for_traces
 
-    target = evolution_target_add(project=project, name="router-nosuite", source=str(router_remote),
+    target = evolution_target_add(operator=True, project=project, name="router-nosuite", source=str(router_remote),
                                   config={**CONFIG, "suite_command": ""})
     first = evolution_job_start(project=project, target=target, insight=refund_insight, backend_name="scripted",
                                 backend_config={"script": {"entries": []}}, enqueue=False)
@@ -314,7 +314,7 @@ def test_hot_swap_promotes_a_healthy_release_and_rolls_an_unhealthy_one_back(
         return real_promote(**kwargs)
 
     monkeypatch.setattr(deploy, "hot_swap_promote", promote_and_look)
-    target = evolution_target_add(project=project, name="router-hot", source=str(router_remote),
+    target = evolution_target_add(operator=True, project=project, name="router-hot", source=str(router_remote),
                                   config={**CONFIG, "hot_swap": HOT_SWAP})
     root = evolution_target_releases_root(target=target)
     zero = (root / "current").resolve().name
@@ -324,7 +324,8 @@ def test_hot_swap_promotes_a_healthy_release_and_rolls_an_unhealthy_one_back(
             script = script_write(tmp_path / f"hot-{n}.json", happy_entries(replace_edit(branch)))
             with django_capture_on_commit_callbacks(execute=True):
                 job = evolution_job_create(project=project, target=target, insight=refund_insight,
-                                           backend_name="scripted", backend_config={"script_path": str(script)},
+                                           backend_name="scripted",  # the API's way: an inline script
+                                           backend_config={"script": json.loads(script.read_text())},
                                            depth="shallow", mode="hot_swap")
             job.refresh_from_db()
             assert job.state == "AWAITING_CONSENT", (job.terminal_reason, job.error)

@@ -49,9 +49,9 @@ def test_policy_takes_depth_tier_then_target_trials_then_overrides():
 def test_target_add_reads_the_repository_config_and_refuses_duplicates(project, router_remote, router_target):
     assert router_target.config["editable_paths"] == ["router/**"]
     with pytest.raises(Exception, match="already exists"):
-        evolution_target_add(project=project, name="router", source=str(router_remote))
+        evolution_target_add(operator=True, project=project, name="router", source=str(router_remote))
     with pytest.raises(EvolutionConfigInvalid, match="does not exist"):
-        evolution_target_add(project=project, name="x", source="/nonexistent/repo")
+        evolution_target_add(operator=True, project=project, name="x", source="/nonexistent/repo")
     with pytest.raises(EvolutionConfigInvalid, match="trials"):
         evolution_target_update(target=router_target, config={**CONFIG, "trials": 0})
 

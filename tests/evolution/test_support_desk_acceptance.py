@@ -27,7 +27,7 @@ MISROUTE = {"refund-damaged-item", "refund-status", "refund-cancelled-order", "r
 @pytest.fixture
 def desk_target(project, tmp_path):
     target_repo_make(dest=tmp_path / "desk")
-    return evolution_target_add(project=project, name="support-desk", source=str(tmp_path / "desk"))
+    return evolution_target_add(operator=True, project=project, name="support-desk", source=str(tmp_path / "desk"))
 
 
 @pytest.fixture

@@ -60,7 +60,8 @@ def _url(project, tail: str) -> str:
 
 
 def test_evolve_from_an_insight_and_from_a_ticket(client, project, owner, target, insight, tmp_path, outsider):
-    EvolutionTarget.objects.create(project=project, name="support_desk", source=str(tmp_path), config=DESK_CONFIG)
+    desk = EvolutionTarget.objects.create(project=project, name="support_desk", source=str(tmp_path),
+                                          config=DESK_CONFIG)
     page = client.get(_url(project, f"new/?insight={insight.pk}"))
     assert page.status_code == 200
     html = page.content.decode()
@@ -86,14 +87,23 @@ def test_evolve_from_an_insight_and_from_a_ticket(client, project, owner, target
     unusable = client.post(_url(project, "new/"), {**check, "backend": "litellm", "backend_config": "{}"})
     assert unusable.status_code == 200 and "Backend litellm is not usable: no model configured" in \
         unusable.content.decode()
-    fixture = client.post(_url(project, "new/"), {**check, "backend": "scripted",
+    fixture = client.post(_url(project, "new/"), {**check, "target": desk.pk, "backend": "scripted",
                                                  "fixture": str(FIXTURES / "mediator_race_fix.json")})
     assert "Backend scripted is ready: scripted (" in fixture.content.decode()
+    # A script the target's operator did not list is not read, not even for the check.
+    elsewhere = client.post(_url(project, "new/"), {**check, "backend": "scripted",
+                                                   "fixture": str(FIXTURES / "mediator_race_fix.json")})
+    assert "not one of the scripts the operator listed" in elsewhere.content.decode()
     assert client.post(_url(project, "new/"), {**check, "backend": "litellm", "backend_config": "[1]"}) \
         .status_code == 400
     assert not EvolutionJob.objects.exists()
 
     script = script_write(tmp_path / "script.json", happy_entries(replace_edit(FIXED_BRANCH)))
+    # The form reads only the scripts the operator listed for the target: any other path is refused.
+    refused = client.post(_url(project, "new/"), {"insight": insight.pk, "target": target.pk, "backend": "scripted",
+                                                  "depth": "shallow", "mode": "pr", "script": str(script)})
+    assert refused.status_code == 400 and "scripted_fixtures" in refused.content.decode()
+    EvolutionTarget.objects.filter(pk=target.pk).update(config={**target.config, "scripted_fixtures": [str(script)]})
     done = client.post(_url(project, "new/"), {"insight": insight.pk, "target": target.pk, "backend": "scripted",
                                                "depth": "shallow", "mode": "pr", "fixture": str(script)})
     job = EvolutionJob.objects.get()
@@ -241,7 +251,8 @@ def test_the_jobs_list_costs_the_same_queries_for_2_or_20_jobs(client, project, 
     assert f"?insight={insight.pk}" in client.get(f"/p/{project.slug}/insights/{insight.pk}/").content.decode()
 
 
-def test_targets_registered_and_edited_with_every_bad_field_named(client, project, remote):
+def test_targets_registered_and_edited_with_every_bad_field_named(client, project, remote, settings):
+    settings.CLEAR_EVOLUTION_SOURCE_ROOTS = [str(remote.parent)]  # the operator opened the test's directory
     empty = client.get(_url(project, "targets/")).content.decode()
     assert "No target yet" in empty
     bad = {**CONFIG, "trial_command": "python run.py", "diff_budget": {"max_files": 0}, "colour": "blue"}
@@ -268,11 +279,14 @@ def test_targets_registered_and_edited_with_every_bad_field_named(client, projec
     assert "&quot;trial_command&quot;" in page
     wrong = client.post(edit_url, {"source": str(remote), "config": json.dumps({**CONFIG, "trials": 0})})
     assert wrong.status_code == 400 and "<code>trials</code>" in wrong.content.decode()
-    saved = client.post(edit_url, {"source": str(remote), "push_url": "/tmp/pr.git",
+    outside = client.post(edit_url, {"source": str(remote), "push_url": "/tmp/pr.git",
+                                     "config": json.dumps({**CONFIG, "trials": 1})})
+    assert outside.status_code == 400 and "CLEAR_EVOLUTION_SOURCE_ROOTS" in outside.content.decode()
+    saved = client.post(edit_url, {"source": str(remote), "push_url": "ssh://git@git.example.com/pr.git",
                                    "config": json.dumps({**CONFIG, "trials": 1})})
     assert saved.status_code == 302
     target.refresh_from_db()
-    assert (target.config["trials"], target.push_url) == (1, "/tmp/pr.git")
+    assert (target.config["trials"], target.push_url) == (1, "ssh://git@git.example.com/pr.git")
 
 
 HOT_SWAP = {"activator": {"kind": "process", "command": "python -c 'import time; time.sleep(600)'",
@@ -435,6 +449,7 @@ def worker_evolution_dir(settings):
 @pytest.mark.django_db(transaction=True)
 def test_evolve_the_mediator_race_insight_in_the_browser(live_server, page, celery_worker, worker_evolution_dir,
                                                          project, owner, tmp_path, axe_path):
+    from evolution.services import evolution_target_add
     from examples.support_desk.target_repo import target_repo_make
     from tests.diagnosis.support import support_desk_ingest
     from tests.evolution.support import insight_for_traces
@@ -454,11 +469,10 @@ def test_evolve_the_mediator_race_insight_in_the_browser(live_server, page, cele
 
     login(page, live_server.url)
     base = f"{live_server.url}/p/{project.slug}/evolution"
-    # Register the example agent as a target (its evolution.json read from the repository)...
+    # The operator registers the example agent (its evolution.json sets hot_swap and scripted_fixtures, which only
+    # `manage.py evolution_target add` may); the page lists it...
+    evolution_target_add(operator=True, project=project, name="support_desk", source=str(tmp_path / "desk"))
     page.goto(base + "/targets/")
-    page.fill("#id_name", "support_desk")
-    page.fill("#id_source", str(tmp_path / "desk"))
-    page.click("[data-testid=target-submit]")
     page.wait_for_selector("[data-testid=target-table]")
     check("evolution-targets")
     # ...then edit its config: a bad value is named, one trial per task (the desk is deterministic per seed) is saved.
@@ -573,7 +587,7 @@ def test_issue_11_acceptance_evolve_hot_swap_and_the_next_release_fixes_the_insi
 
     race = insight_for_tasks(project, "mediator", TOUCHED_BY["mediator_race"], send("v2", "mediator_race,retry_loop"))
     target_repo_make(dest=tmp_path / "desk")
-    target = evolution_target_add(project=project, name="support_desk", source=str(tmp_path / "desk"),
+    target = evolution_target_add(operator=True, project=project, name="support_desk", source=str(tmp_path / "desk"),
                                   config=None)  # its evolution.json: trials 2, hot_swap with `serve`
     assert target.config.get("hot_swap"), target.config
     root = evolution_target_releases_root(target=target)

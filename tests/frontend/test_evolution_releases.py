@@ -7,7 +7,6 @@ but starts again from release zero."""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -47,6 +46,7 @@ def test_issue_19_acceptance_releases_rollback_and_a_second_job_on_the_live_rele
         live_server, page, celery_worker, worker_evolution_dir, project, owner, tmp_path, axe_path):
     from evolution.deploy import hot_swap_config_validate, release_current_get
     from evolution.selectors import evolution_target_releases_root
+    from evolution.services import evolution_target_add
     from examples.support_desk.target_repo import EVOLUTION_CONFIG, target_repo_make
     from tests.diagnosis.support import support_desk_ingest
     from tests.evolution.support import insight_for_traces
@@ -86,11 +86,10 @@ def test_issue_19_acceptance_releases_rollback_and_a_second_job_on_the_live_rele
 
     login(page, live_server.url)
     base = f"{live_server.url}/p/{project.slug}/evolution"
+    # A hot-swap config is the operator's to set (manage.py evolution_target add): the API and the form refuse it.
+    evolution_target_add(operator=True, project=project, name="support_desk", source=str(tmp_path / "desk"),
+                         config=config)
     page.goto(base + "/targets/")
-    page.fill("#id_name", "support_desk")
-    page.fill("#id_source", str(tmp_path / "desk"))
-    page.fill("#id_config", json.dumps(config, indent=2))
-    page.click("[data-testid=target-submit]")
     page.wait_for_selector("[data-testid=target-table]")
     target = EvolutionTarget.objects.get(project=project, name="support_desk")
     root = evolution_target_releases_root(target=target)

@@ -23,6 +23,7 @@ class AiderTemplate(CliTemplate):
     name = "aider"
     executable = "aider"
     default_api_key_env = "OPENAI_API_KEY"
+    default_model_url = "https://api.openai.com"
     install_hint = "python -m pip install aider-install && aider-install"
 
     def argv(self, invocation: Invocation) -> list[str]:

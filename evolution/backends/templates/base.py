@@ -51,6 +51,8 @@ class CliTemplate:
     name: ClassVar[str]
     executable: ClassVar[str]  # the program looked up on PATH (config 'executable' overrides)
     default_api_key_env: ClassVar[str | None] = None
+    # Where the CLI's model API lives: its only network destination from inside the sandbox (config model_url).
+    default_model_url: ClassVar[str | None] = None
     install_hint: ClassVar[str] = ""
 
     def __init__(self, *, config: Mapping[str, Any]) -> None:

@@ -35,6 +35,7 @@ class ClaudeTemplate(CliTemplate):
     name = "claude"
     executable = "claude"
     default_api_key_env = "ANTHROPIC_API_KEY"
+    default_model_url = "https://api.anthropic.com"
     install_hint = "npm install -g @anthropic-ai/claude-code"
 
     def argv(self, invocation: Invocation) -> list[str]:

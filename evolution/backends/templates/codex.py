@@ -12,6 +12,7 @@ class CodexTemplate(CliTemplate):
     name = "codex"
     executable = "codex"
     default_api_key_env = "OPENAI_API_KEY"
+    default_model_url = "https://api.openai.com"
     install_hint = "npm install -g @openai/codex"
 
     def argv(self, invocation: Invocation) -> list[str]:

@@ -14,6 +14,7 @@ class MiniSweAgentTemplate(CliTemplate):
     name = "mini-swe-agent"
     executable = "mini"
     default_api_key_env = "OPENAI_API_KEY"
+    default_model_url = "https://api.openai.com"
     install_hint = "python -m pip install mini-swe-agent"
 
     def argv(self, invocation: Invocation) -> list[str]:

@@ -1,4 +1,7 @@
-"""Register an agent repository as an evolution target, or list a project's targets."""
+"""Register an agent repository as an evolution target, change one, or list a project's targets.
+
+This is the operator's way in: any local path may be the source, and the config may set hot_swap and
+scripted_fixtures, which the API and the web UI refuse (evolution/services/confinement.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +11,8 @@ from django.core.management.base import BaseCommand, CommandError
 
 from clear.errors import ClearError
 from clear.projects.selectors import project_get_by_name
-from evolution.selectors import evolution_target_list
-from evolution.services import evolution_target_add
+from evolution.selectors import evolution_target_get, evolution_target_list
+from evolution.services import evolution_target_add, evolution_target_update
 from evolution.services.targets import config_parse
 
 
@@ -20,7 +23,8 @@ def _error(exc: ClearError) -> CommandError:
 
 
 class Command(BaseCommand):
-    help = "Evolution targets: `add` registers a repository (its evolution.json or --config), `list` shows them."
+    help = ("Evolution targets: `add` registers a repository (its evolution.json or --config), `update` changes one, "
+            "`list` shows them.")
 
     def add_arguments(self, parser):
         sub = parser.add_subparsers(dest="action", required=True)
@@ -31,6 +35,13 @@ class Command(BaseCommand):
         add.add_argument("--config", help="JSON file with the evolution config (default: the repo's evolution.json)")
         add.add_argument("--default-branch", default="", help="branch or ref to evolve (default: the source's HEAD)")
         add.add_argument("--push-url", default="", help="where PR branches are pushed (default: the source)")
+        update = sub.add_parser("update", help="change a target (what is not given stays as it is)")
+        update.add_argument("--project", required=True, help="project name or slug")
+        update.add_argument("--name", required=True, help="the target's name or id")
+        update.add_argument("--source", help="local repository path or git URL")
+        update.add_argument("--config", help="JSON file with the whole evolution config")
+        update.add_argument("--default-branch")
+        update.add_argument("--push-url")
         listing = sub.add_parser("list", help="list a project's targets")
         listing.add_argument("--project", required=True)
 
@@ -43,19 +54,29 @@ class Command(BaseCommand):
             for target in evolution_target_list(project=project):
                 self.stdout.write(f"{target.pk}\t{target.name}\t{target.source}")
             return
-        config = None
-        if options["config"]:
-            path = Path(options["config"])
-            if not path.is_file():
-                raise CommandError(f"--config {path}: no such file")
-            try:
-                config = config_parse(text=path.read_text(), where=str(path))
-            except ClearError as exc:
-                raise _error(exc) from None
+        config = self._config(options["config"])
         try:
-            target = evolution_target_add(project=project, name=options["name"], source=options["source"],
-                                          config=config, default_branch=options["default_branch"],
-                                          push_url=options["push_url"])
+            if options["action"] == "update":
+                target = evolution_target_update(
+                    target=evolution_target_get(project=project, name_or_id=options["name"]), config=config,
+                    source=options["source"], default_branch=options["default_branch"],
+                    push_url=options["push_url"], operator=True)
+            else:
+                target = evolution_target_add(project=project, name=options["name"], source=options["source"],
+                                              config=config, default_branch=options["default_branch"],
+                                              push_url=options["push_url"], operator=True)
         except ClearError as exc:
             raise _error(exc) from None
-        self.stdout.write(self.style.SUCCESS(f"Target {target.name} (id {target.pk}) registered from {target.source}"))
+        done = "changed, source" if options["action"] == "update" else "registered from"
+        self.stdout.write(self.style.SUCCESS(f"Target {target.name} (id {target.pk}) {done} {target.source}"))
+
+    def _config(self, name: str | None) -> dict | None:
+        if not name:
+            return None
+        path = Path(name)
+        if not path.is_file():
+            raise CommandError(f"--config {path}: no such file")
+        try:
+            return config_parse(text=path.read_text(), where=str(path))
+        except ClearError as exc:
+            raise _error(exc) from None
