@@ -39,9 +39,11 @@ def evolution_target_register(*, project, name: str, source: str, config: dict |
 
 def backend_config_confine(*, target: EvolutionTarget, backend_name: str, backend_config: dict) -> None:
     """What an API or web user may put in a backend config (the operator's `manage.py evolution_job` is not
-    checked): a scripted job's script file is one the operator listed for the target, and an API key variable is
-    one of CLEAR_EVOLUTION_BACKEND_ENV_ALLOW (the backends check that again when they are built)."""
-    from evolution.backends.key_env import api_key_env_check
+    checked): a scripted job's script file is one the operator listed for the target, an API key variable is
+    one of CLEAR_EVOLUTION_BACKEND_ENV_ALLOW (the backends check that again when they are built), and the model
+    host is one of CLEAR_EVOLUTION_MODEL_HOSTS."""
+    from evolution.backends.key_env import api_key_env_check, model_host_check
+    from evolution.backends.templates import TEMPLATES
 
     if not isinstance(backend_config, dict):
         return  # backend_get says what it must be
@@ -49,6 +51,9 @@ def backend_config_confine(*, target: EvolutionTarget, backend_name: str, backen
         script_path_check(target=target, backend_config=backend_config)
     elif backend_name in ("external", "litellm"):
         api_key_env_check(name=backend_config.get("api_key_env"), backend=backend_name)
+        template = TEMPLATES.get(backend_config.get("template")) if backend_name == "external" else None
+        model_host_check(backend=backend_name, config=backend_config,
+                         default_url=getattr(template, "default_model_url", None))
 
 
 def job_mode(job: EvolutionJob) -> str:

@@ -185,3 +185,27 @@ def test_finding_5_api_key_env_and_hot_swap_are_the_operators(key_holder, projec
         assert created.status_code == 400, created.content
         assert "api_key_env" in json.dumps(created.json())
     assert not EvolutionJob.objects.exists()
+
+
+def test_a_key_goes_only_to_a_model_host_the_operator_lists(key_holder, project, router_remote, refund_insight,
+                                                            settings, tmp_path):
+    # An allowed key variable with a model URL of the key holder's choosing would hand the key to that host (and the
+    # litellm backend would call an internal address from the worker).
+    settings.CLEAR_EVOLUTION_SOURCE_ROOTS = [str(tmp_path)]
+    target = _register(key_holder, source=router_remote, config=CONFIG).json()["id"]
+    for backend, config, field in (
+            ("external", {"template": "claude", "model_url": "https://collector.attacker.invalid"}, "model_url"),
+            ("external", {"template": "custom", "command": "agent", "api_key_env": "OPENAI_API_KEY",
+                          "model_url": "http://169.254.169.254"}, "model_url"),
+            ("litellm", {"model": "openai/x", "api_key_env": "OPENAI_API_KEY",
+                         "api_base": "http://127.0.0.1:5432/v1"}, "api_base")):
+        created = key_holder.post(JOBS, {"target": target, "insight": refund_insight.pk, "backend": backend,
+                                         "backend_config": config}, format="json")
+        assert created.status_code == 400, created.content
+        assert f"backend_config.{field}" in created.json()["extra"]["fields"], created.json()
+    assert not EvolutionJob.objects.exists()
+    settings.CLEAR_EVOLUTION_MODEL_HOSTS = ["127.0.0.1:5432"]
+    created = key_holder.post(JOBS, {"target": target, "insight": refund_insight.pk, "backend": "litellm",
+                                     "backend_config": {"model": "openai/x", "api_base": "http://127.0.0.1:5432/v1"}},
+                              format="json")
+    assert "backend_config.api_base" not in json.dumps(created.json()), created.content
