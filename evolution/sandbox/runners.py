@@ -11,9 +11,9 @@ import subprocess
 import sys
 import tempfile
 import uuid
-from collections.abc import Callable, Mapping, Sequence
-from contextlib import ExitStack
-from dataclasses import replace
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, ExitStack, contextmanager
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from evolution.errors import SandboxUnavailable
@@ -135,20 +135,12 @@ class BwrapRunner:
         stdout_cap: int = 1_000_000, should_stop: Callable[[], bool] | None = None,
     ) -> ProcResult:
         try:
-            identity = sandbox_identity()
+            prepared = _contained_run(cmd=cmd, workdir=workdir, rw_paths=rw_paths, ro_paths=ro_paths, env=env,
+                                      limits=limits, egress=egress)
         except SandboxUnavailable as exc:
             return _refused(exc.message, self.level)
-        if identity is not None:
-            tree_hand_over(paths=[Path(workdir), *map(Path, rw_paths)], identity=identity)
-        limits = contained_limits(limits)
-        with ExitStack() as stack:
-            inner_env = sandbox_base_env(home=SANDBOX_TMP, tmpdir=SANDBOX_TMP, env=env)
-            ro_paths = list(ro_paths)
-            if egress is not None:
-                proxy = stack.enter_context(_egress_proxy(egress))
-                ro_paths.append(proxy.dir)
-                inner_env.update(proxy.env())
-                cmd = proxy.wrap(list(cmd), python=sys.executable)
+        with prepared as run, ExitStack() as stack:
+            cmd, ro_paths, inner_env, limits, identity = run.cmd, run.ro_paths, run.env, run.limits, run.identity
             env_args = ["--clearenv"]
             for name, value in inner_env.items():
                 env_args += ["--setenv", name, value]
@@ -165,10 +157,42 @@ class BwrapRunner:
             )
 
 
-def _egress_proxy(egress: tuple[str, int]):
+@dataclass
+class _ContainedRun:
+    cmd: list[str]
+    ro_paths: list[Path]
+    env: dict[str, str]
+    limits: Limits
+    identity: SandboxIdentity | None
+
+
+def _contained_run(
+    *, cmd: Sequence[str], workdir: Path, rw_paths: Sequence[Path], ro_paths: Sequence[Path],
+    env: Mapping[str, str] | None, limits: Limits, egress: tuple[str, int] | None,
+) -> AbstractContextManager[_ContainedRun]:
+    """What bwrap and Docker runs share: the host user the run becomes (its writable trees handed over), the
+    always-on caps, the environment, and the egress proxy (its dir bound, its relay wrapping the command) when the
+    run may reach one host. Raises SandboxUnavailable at once, before anything starts."""
+    identity = sandbox_identity()
+    if identity is not None:
+        tree_hand_over(paths=[Path(workdir), *map(Path, rw_paths)], identity=identity)
+    run = _ContainedRun(cmd=list(cmd), ro_paths=list(ro_paths), limits=contained_limits(limits), identity=identity,
+                        env=sandbox_base_env(home=SANDBOX_TMP, tmpdir=SANDBOX_TMP, env=env))
+    return _egress_scope(run, egress)
+
+
+@contextmanager
+def _egress_scope(run: _ContainedRun, egress: tuple[str, int] | None) -> Iterator[_ContainedRun]:
+    if egress is None:
+        yield run
+        return
     from evolution.sandbox.egress import EgressProxy
 
-    return EgressProxy(host=egress[0], port=egress[1])
+    with EgressProxy(host=egress[0], port=egress[1]) as proxy:
+        run.ro_paths.append(proxy.dir)
+        run.env.update(proxy.env())
+        run.cmd = proxy.wrap(run.cmd, python=sys.executable)
+        yield run
 
 
 def contained_limits(limits: Limits) -> Limits:
@@ -233,21 +257,13 @@ class DockerRunner:
         stdout_cap: int = 1_000_000, should_stop: Callable[[], bool] | None = None,
     ) -> ProcResult:
         try:
-            identity = sandbox_identity()
+            prepared = _contained_run(cmd=cmd, workdir=workdir, rw_paths=rw_paths, ro_paths=ro_paths, env=env,
+                                      limits=limits, egress=egress)
         except SandboxUnavailable as exc:
             return _refused(exc.message, self.level)
-        if identity is not None:
-            tree_hand_over(paths=[Path(workdir), *map(Path, rw_paths)], identity=identity)
-        limits = contained_limits(limits)
         name = f"clear-sandbox-{uuid.uuid4().hex[:16]}"
-        with ExitStack() as stack:
-            inner_env = sandbox_base_env(home=SANDBOX_TMP, tmpdir=SANDBOX_TMP, env=env)
-            ro_paths = list(ro_paths)
-            if egress is not None:
-                proxy = stack.enter_context(_egress_proxy(egress))
-                ro_paths.append(proxy.dir)
-                inner_env.update(proxy.env())
-                cmd = proxy.wrap(list(cmd), python=sys.executable)
+        with prepared as run:
+            cmd, ro_paths, inner_env, limits, identity = run.cmd, run.ro_paths, run.env, run.limits, run.identity
             argv = self.argv(name=name, cmd=cmd, workdir=workdir, rw_paths=rw_paths, ro_paths=ro_paths,
                              env_names=list(inner_env), path_value=inner_env["PATH"], limits=limits,
                              identity=identity)
