@@ -30,7 +30,9 @@ class WebhookOutputSerializer(serializers.Serializer):
 
 
 class WebhookInputSerializer(serializers.Serializer):
-    url = serializers.URLField(max_length=2000)
+    url = serializers.URLField(max_length=2000, help_text=(
+        "http:// or https://; its host must be a public address (a host that is or resolves to a loopback, "
+        "private, link-local, multicast or reserved address is refused with 400)"))
     events = serializers.ListField(child=serializers.ChoiceField(choices=list(EVENTS)), min_length=1,
                                    help_text=", ".join(EVENTS))
     secret = serializers.CharField(required=False, min_length=16, max_length=200,
@@ -45,8 +47,10 @@ class DeliveryOutputSerializer(serializers.Serializer):
     status = serializers.ChoiceField(choices=WebhookDelivery.Status.values)
     attempts = serializers.IntegerField()
     response_code = serializers.IntegerField(allow_null=True)
-    response_body = serializers.CharField(help_text="the start of the last response's body")
-    error = serializers.CharField(help_text="the last attempt's connection error")
+    response_body = serializers.CharField(help_text="the first 1 KB of the last response's body; only from public "
+                                                    "addresses")
+    error = serializers.CharField(help_text="why the last attempt got no answer, its class first (ConnectionError, "
+                                            "ReadTimeout, NameResolutionError, TargetRefused: …)")
     payload = serializers.JSONField(help_text="the JSON body sent")
     created_at = serializers.DateTimeField()
     last_attempt_at = serializers.DateTimeField(allow_null=True)
@@ -68,7 +72,8 @@ class WebhookListApi(ProjectApi):
 
 
 class WebhookCreateApi(ProjectApi):
-    """Subscribe a URL to events. The response holds the signing secret (shown in full only here)."""
+    """Subscribe a URL to events. The response holds the signing secret (shown in full only here). A URL whose
+    host is not a public address is refused (400, code webhook_target_refused)."""
 
     class OutputSerializer(WebhookOutputSerializer):
         secret = serializers.CharField()

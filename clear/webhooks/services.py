@@ -3,6 +3,9 @@
 A delivery row is written when an event is emitted and sent by the `webhooks.deliver` task after commit. The row is
 the source of truth: an attempt claims it with a conditional update (a redelivered or duplicated message finds
 nothing to do), and the beat sweep re-sends deliveries whose message was lost.
+
+URLs reach only public addresses unless CLEAR_WEBHOOK_ALLOW_PRIVATE is set: checked when saved and, pinned to the
+checked addresses, at every attempt (clear.webhooks.targets, clear.webhooks.transport).
 """
 
 import hashlib
@@ -12,9 +15,7 @@ import logging
 import secrets
 import uuid
 from datetime import datetime, timedelta
-from urllib.parse import urlsplit
 
-import requests
 from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import transaction
@@ -22,8 +23,10 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from clear.projects.models import Project
-from clear.webhooks.errors import WebhookInvalidError
+from clear.webhooks.errors import WebhookInvalidError, WebhookTargetUnresolvedError
 from clear.webhooks.models import Webhook, WebhookDelivery
+from clear.webhooks.targets import webhook_target_resolve, webhook_url_check
+from clear.webhooks.transport import WebhookAttempt, webhook_post
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +38,6 @@ EVENTS = {
 }
 PING_EVENT = "webhook.ping"  # sent on request to one webhook, whatever it subscribed to
 SECRET_PREFIX = "whsec_"
-RESPONSE_EXCERPT_CHARS = 2000
 Status = WebhookDelivery.Status
 
 
@@ -49,17 +51,10 @@ def _events_clean(events: list[str]) -> list[str]:
     return sorted(set(events))
 
 
-def _url_clean(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise WebhookInvalidError("The webhook URL must be an absolute http:// or https:// URL.")
-    return url
-
-
 def webhook_create(*, project: Project, url: str, events: list[str], secret: str = "", active: bool = True,
                    description: str = "") -> Webhook:
     """A new subscription; without a secret one is generated (returned once by the API, used to sign bodies)."""
-    return Webhook.objects.create(project=project, url=_url_clean(url), events=_events_clean(events),
+    return Webhook.objects.create(project=project, url=webhook_url_check(url=url), events=_events_clean(events),
                                   secret=secret or SECRET_PREFIX + secrets.token_urlsafe(32), active=active,
                                   description=description)
 
@@ -67,7 +62,7 @@ def webhook_create(*, project: Project, url: str, events: list[str], secret: str
 def webhook_update(*, webhook: Webhook, url: str | None = None, events: list[str] | None = None,
                    secret: str | None = None, active: bool | None = None, description: str | None = None) -> Webhook:
     if url is not None:
-        webhook.url = _url_clean(url)
+        webhook.url = webhook_url_check(url=url)
     if events is not None:
         webhook.events = _events_clean(events)
     if secret:
@@ -155,8 +150,13 @@ def _lease() -> timedelta:
     return timedelta(seconds=settings.CLEAR_WEBHOOK_TIMEOUT_SECONDS + 30)
 
 
-def _post(*, delivery: WebhookDelivery) -> tuple[int | None, str, str]:
-    """Send once: (status code or None, the start of the response body, connection error)."""
+def _post(*, delivery: WebhookDelivery) -> WebhookAttempt:
+    """Send once, to the addresses the URL's host resolves to now, if webhooks may reach them (raises
+    WebhookInvalidError, a WebhookTargetRefusedError, when they may not)."""
+    try:
+        target = webhook_target_resolve(url=delivery.webhook.url)
+    except WebhookTargetUnresolvedError as exc:  # DNS may come back: retried like a refused connection
+        return WebhookAttempt(code=None, body="", error=f"NameResolutionError: {exc.message}")
     body = webhook_body(delivery=delivery)
     headers = {
         "Content-Type": "application/json",
@@ -165,14 +165,7 @@ def _post(*, delivery: WebhookDelivery) -> tuple[int | None, str, str]:
         "X-Clear-Delivery": str(delivery.pk),
         "X-Clear-Signature": webhook_signature(secret=delivery.webhook.secret, body=body),
     }
-    try:
-        with requests.post(delivery.webhook.url, data=body, headers=headers, stream=True, allow_redirects=False,
-                           timeout=settings.CLEAR_WEBHOOK_TIMEOUT_SECONDS) as response:
-            # Read only the excerpt we keep: a receiver may answer with anything.
-            excerpt = response.raw.read(RESPONSE_EXCERPT_CHARS * 4, decode_content=True) or b""
-            return response.status_code, excerpt.decode("utf-8", "replace")[:RESPONSE_EXCERPT_CHARS], ""
-    except requests.RequestException as exc:
-        return None, "", f"{type(exc).__name__}: {exc}"[:2000]
+    return webhook_post(target=target, body=body, headers=headers, timeout=settings.CLEAR_WEBHOOK_TIMEOUT_SECONDS)
 
 
 def webhook_delivery_attempt(*, delivery_id: str, now: datetime | None = None) -> float | None:
@@ -192,8 +185,19 @@ def webhook_delivery_attempt(*, delivery_id: str, now: datetime | None = None) -
         WebhookDelivery.objects.filter(pk=delivery.pk).update(
             status=Status.FAILED, error="The webhook was deactivated.", next_attempt_at=None)
         return None
-    code, excerpt, error = _post(delivery=delivery)
-    fields = {"response_code": code, "response_body": excerpt, "error": error}
+    try:
+        attempt = _post(delivery=delivery)
+    except WebhookInvalidError as exc:
+        # A permanent failure: the host now is (or resolves to) an address webhooks may not reach, so no request
+        # was made; retrying would only ask DNS again. The addresses go to the operator's log, not the row.
+        WebhookDelivery.objects.filter(pk=delivery.pk, status=Status.SENDING).update(
+            status=Status.FAILED, response_code=None, response_body="", next_attempt_at=None,
+            error=f"TargetRefused: {exc.message}"[:2000])
+        logger.warning("webhooks.refused delivery=%s webhook=%s event=%s addresses=%s: %s", delivery.pk,
+                       delivery.webhook_id, delivery.event, ",".join(exc.extra.get("addresses", [])), exc.message)
+        return None
+    code = attempt.code
+    fields = {"response_code": code, "response_body": attempt.body, "error": attempt.error}
     retry_in = None
     if code is not None and 200 <= code < 300:
         fields.update(status=Status.DELIVERED, delivered_at=timezone.now(), next_attempt_at=None)

@@ -19,6 +19,11 @@ ALL_TASKS = [t.task_id for t in TASKS]
 FEWER_REFUNDS = [t for t in ALL_TASKS if t != "refund-late-delivery"]
 
 
+@pytest.fixture(autouse=True)
+def _local_receivers_allowed(settings):
+    settings.CLEAR_WEBHOOK_ALLOW_PRIVATE = True  # the Receiver listens on 127.0.0.1, a loopback address
+
+
 def _events(receiver, secret: str, since: int = 0) -> list[dict]:
     requests = receiver.requests[since:]
     assert all(_signature_ok(r, secret) for r in requests)
@@ -94,8 +99,9 @@ def test_rejected_insights_send_nothing(project, issued_key, desk_rubrics,  # no
         client.post(f"/api/v1/insights/{insight.pk}/status/", {"status": "fixed"}, format="json")
         client.post(f"/api/v1/insights/{insight.pk}/reject/", {}, format="json")
     with Receiver() as receiver:
-        client.post("/api/v1/webhooks/", {"url": receiver.url, "events": ["insight.created", "insight.regressed"]},
-                    format="json")
+        created = client.post("/api/v1/webhooks/", {"url": receiver.url,
+                                                    "events": ["insight.created", "insight.regressed"]}, format="json")
+        assert created.status_code == 201, created.content
         support_desk_ingest(project=project, bugs="misroute", release="r2")
         _diagnose(project, "r2", django_capture_on_commit_callbacks)
     assert receiver.requests == []

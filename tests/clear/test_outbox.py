@@ -53,7 +53,8 @@ def test_a_topic_nobody_subscribes_to_is_marked_sent(django_capture_on_commit_ca
 
 
 @pytest.mark.django_db
-def test_a_fact_handed_over_twice_is_one_webhook_delivery(project):
+def test_a_fact_handed_over_twice_is_one_webhook_delivery(project, settings):
+    settings.CLEAR_WEBHOOK_ALLOW_PRIVATE = True  # 127.0.0.1 is a loopback address
     webhook = webhook_create(project=project, url="http://127.0.0.1:9/x", events=["diagnosis_run.finished"])
     fact = {"topic": "diagnosis_run.finished", "key": "k1",
             "data": {"project": str(project.pk), "body": {"run": {"id": "r1", "status": "succeeded"}}}}
@@ -66,7 +67,8 @@ def test_a_fact_handed_over_twice_is_one_webhook_delivery(project):
 
 
 @pytest.mark.worker
-def test_reactions_wait_for_a_stopped_worker_and_happen_when_it_starts(celery_worker, project):
+def test_reactions_wait_for_a_stopped_worker_and_happen_when_it_starts(celery_worker, project, settings,
+                                                                       monkeypatch):
     """A trace deletion publishes trace.deleted; diagnosis's reaction (the run that waited for the trace finishes)
     publishes diagnosis_run.finished, whose reaction is the webhook, and the finished run's insights build publishes
     insights.built (evolution's fix check). None of it runs while the worker is stopped; all of it once it starts."""
@@ -75,6 +77,10 @@ def test_reactions_wait_for_a_stopped_worker_and_happen_when_it_starts(celery_wo
                                       started_at=done.start_time)
     RunTrace.objects.create(run=run, trace=done, status=RunTrace.Status.DONE)
     RunTrace.objects.create(run=run, trace=waiting, status=RunTrace.Status.PENDING)
+    # The Receiver is on 127.0.0.1, a loopback address: allowed here and in the worker, which the restart below
+    # starts with this environment.
+    settings.CLEAR_WEBHOOK_ALLOW_PRIVATE = True
+    monkeypatch.setenv("CLEAR_WEBHOOK_ALLOW_PRIVATE", "1")
     with Receiver() as receiver:
         webhook_create(project=project, url=receiver.url, events=["diagnosis_run.finished"])
         celery_worker.stop()
@@ -111,6 +117,7 @@ def test_the_sweeper_sends_what_a_lost_dispatch_left_pending(project, settings, 
     from clear.outbox import services
 
     monkeypatch.setattr(services, "_dispatch_after_commit", lambda **kwargs: None)
+    settings.CLEAR_WEBHOOK_ALLOW_PRIVATE = True  # 127.0.0.1 is a loopback address
     webhook_create(project=project, url="http://127.0.0.1:9/x", events=["diagnosis_run.finished"])
     outbox_publish(topic="diagnosis_run.finished", data={"project": str(project.pk), "body": {"run": {"id": "r"}}})
     assert OutboxItem.objects.get(topic="diagnosis_run.finished").dispatched_at is None

@@ -135,7 +135,8 @@ def test_promote_rollback_and_a_failed_rollback_through_jobs(promote, hot_target
     assert state.pending is None and state.releases[r0].status == "unhealthy"
 
 
-def test_every_transition_of_a_hot_swap_job_reaches_a_webhook(promote, project, issued_key):
+def test_every_transition_of_a_hot_swap_job_reaches_a_webhook(promote, project, issued_key, settings):
+    settings.CLEAR_WEBHOOK_ALLOW_PRIVATE = True  # the Receiver listens on 127.0.0.1, a loopback address
     client = APIClient(HTTP_AUTHORIZATION=f"Bearer {issued_key.secret}")
     with Receiver() as receiver:
         webhook = _subscribe(client, receiver.url, events=["evolution_job.state_changed"])
