@@ -40,6 +40,18 @@ class ConflictError(ClearError):
     code = "conflict"
 
 
+class ThrottledError(ClearError):
+    """429; every renderer of it sends `Retry-After: retry_after` (seconds)."""
+
+    status_code = 429
+    code = "throttled"
+
+    def __init__(self, message: str, *, retry_after: int, code: str | None = None,
+                 extra: dict[str, Any] | None = None):
+        super().__init__(message, code=code, extra={"retry_after": retry_after, **(extra or {})})
+        self.retry_after = retry_after
+
+
 def _flatten_validation_detail(detail: Any) -> str:
     if isinstance(detail, dict):
         parts = []
@@ -60,6 +72,8 @@ def api_exception_handler(exc: Exception, context: dict) -> Response | None:
         response = Response({"message": exc.message, "code": exc.code, "extra": exc.extra}, status=exc.status_code)
         if exc.status_code == 401:
             response["WWW-Authenticate"] = 'Bearer realm="clear"'
+        if isinstance(exc, ThrottledError):
+            response["Retry-After"] = str(exc.retry_after)
         return response
     if isinstance(exc, Http404):
         exc = drf_exceptions.NotFound()

@@ -1,6 +1,7 @@
 from django.contrib import admin
 from django.urls import include, path, re_path
-from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
+from django.views.generic import RedirectView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from clear.api.views import ApiNotFoundApi
 from clear.projects import apis as project_apis
@@ -14,8 +15,12 @@ urlpatterns = [
     path("api/v1/", include((api_v1, "api"))),
     path("api/public/projects", project_apis.LangfuseProjectListApi.as_view(), name="langfuse-projects"),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
-    path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="api-redoc"),
+    # The Content-Security-Policy (clear/csp.py) allows no inline script or style: Swagger UI's init script is
+    # served as a file (the split view) and its page has no <style>. Redoc injects inline styles: its old address
+    # sends people to Swagger UI.
+    path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="schema", template_name="frontend/api_docs.html"),
+         name="api-docs"),
+    path("api/redoc/", RedirectView.as_view(pattern_name="api-docs", permanent=False), name="api-redoc"),
     path("", include("traces.urls")),
     path("", include("diagnosis.urls")),
     path("", include("diagnosis.tickets.urls")),

@@ -5,13 +5,21 @@ from frontend import (
     views, views_evolution, views_evolution_targets, views_insights, views_runs, views_settings, views_tracker,
     views_traces,
 )
+from frontend import views_login
+from frontend import views_password
 
 app_name = "frontend"
 
 urlpatterns = [
     path("", views.home, name="home"),
-    path("login/", auth_views.LoginView.as_view(template_name="frontend/login.html"), name="login"),
+    path("login/", views_login.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("password-reset/", views_password.PasswordResetView.as_view(), name="password-reset"),
+    path("password-reset/sent/", views_password.PasswordResetDoneView.as_view(), name="password-reset-done"),
+    path("password-reset/<uidb64>/<token>/", views_password.PasswordResetConfirmView.as_view(),
+         name="password-reset-confirm"),
+    path("password-reset/complete/", views_password.PasswordResetCompleteView.as_view(),
+         name="password-reset-complete"),
     path("healthz", views.healthz, name="healthz"),
     # Every project page lives under /p/<slug>/.
     path("p/<slug:slug>/", views.overview, name="overview"),
@@ -67,6 +75,7 @@ urlpatterns = [
     path("p/<slug:slug>/settings/rubrics/<int:rubric_id>/delete/", views_settings.rubric_remove,
          name="rubric-delete"),
     path("p/<slug:slug>/settings/judge/", views_settings.judge_model, name="judge-model"),
+    path("p/<slug:slug>/settings/audit-log/", views_settings.audit_log, name="audit-log"),
     path("p/<slug:slug>/settings/issue-tracker/", views_tracker.issue_tracker, name="issue-tracker"),
     path("p/<slug:slug>/settings/issue-tracker/disconnect/", views_tracker.issue_tracker_remove,
          name="issue-tracker-disconnect"),

@@ -1,7 +1,7 @@
 """Server-rendered pages. Views resolve the project through selectors, so an outsider gets 404, never a leak.
 
 Pages by area: this module (overview, workflow graph, nodes, API keys), `views_traces` (search and viewer),
-`views_runs` (diagnosis runs), `views_settings` (rubrics, judge model).
+`views_runs` (diagnosis runs), `views_settings` (rubrics, judge model, audit log), `views_login`.
 """
 
 from django.contrib import messages
@@ -11,6 +11,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from clear.errors import NotFoundError
+from clear.projects.client_address import client_address_get
 from clear.projects.models import Project
 from clear.projects.selectors import api_key_list, project_get_for_user, project_list_for_user
 from clear.projects.services import api_key_create, api_key_revoke
@@ -186,7 +187,8 @@ def api_keys(request: HttpRequest, slug: str) -> HttpResponse:
 @require_POST
 def api_key_create_view(request: HttpRequest, slug: str) -> HttpResponse:
     project = project_for(request, slug)
-    issued = api_key_create(project=project, name=request.POST.get("name", "").strip()[:200], created_by=request.user)
+    issued = api_key_create(project=project, name=request.POST.get("name", "").strip()[:200], created_by=request.user,
+                            address=client_address_get(meta=request.META))
     # The secret exists only in this session until the next page view: it is never stored.
     request.session["issued_api_key"] = {"public_key": issued.api_key.public_key, "secret": issued.secret}
     return redirect("frontend:api-keys", slug=project.slug)
@@ -199,7 +201,7 @@ def api_key_revoke_view(request: HttpRequest, slug: str, key_id: int) -> HttpRes
     api_key = api_key_list(project=project).filter(pk=key_id).first()
     if api_key is None:
         raise Http404("No such API key in this project")
-    api_key_revoke(api_key=api_key)
+    api_key_revoke(api_key=api_key, revoked_by=request.user, address=client_address_get(meta=request.META))
     messages.success(request, f"Key {api_key.public_key} revoked; clients using it now get 401.")
     return redirect("frontend:api-keys", slug=project.slug)
 

@@ -1,5 +1,5 @@
-"""Settings: rubrics (written through the rubric services, whose errors are shown as they are) and the judge
-model configuration (read-only: it comes from the server's environment)."""
+"""Settings: rubrics (written through the rubric services, whose errors are shown as they are), the judge
+model configuration (read-only: it comes from the server's environment) and the audit log (owners only)."""
 
 from __future__ import annotations
 
@@ -8,17 +8,20 @@ import json
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from clear.errors import ClearError, NotFoundError
 from clear.projects.models import Project
+from clear.projects.selectors import audit_event_list, membership_is_owner
 from diagnosis import conf as diagnosis_conf
 from diagnosis.models import Rubric
 from diagnosis.selectors import rubric_get, rubric_list
 from diagnosis.services import rubric_create, rubric_delete, rubric_update
 from frontend.forms import RubricForm
+from frontend.pagination import keyset_page
 from frontend.views import project_for
 from traces.selectors import span_node_list
 
@@ -142,3 +145,17 @@ def judge_model(request: HttpRequest, slug: str) -> HttpResponse:
         "quiet_seconds": diagnosis_conf.trace_quiet_seconds(),
     }
     return render(request, "frontend/judge_model.html", context)
+
+
+AUDIT_PAGE_SIZE = 50
+
+
+@login_required
+def audit_log(request: HttpRequest, slug: str) -> HttpResponse:
+    project = project_for(request, slug)  # outsiders: 404
+    if not membership_is_owner(project=project, user=request.user):
+        raise PermissionDenied("Only the project's owners see its audit log")  # members: 403
+    page = keyset_page(audit_event_list(project=project), field="created_at", cursor=request.GET.get("cursor"),
+                       limit=AUDIT_PAGE_SIZE)
+    context = {"project": project, "nav": "settings", "settings_tab": "audit-log", "page": page}
+    return render(request, "frontend/audit_log.html", context)

@@ -80,7 +80,18 @@ class SpanRow:
 
     @property
     def indent(self) -> int:
-        return min(self.depth, 24) * 14
+        """The row's .depth-N class level (clear.css indents 14px a level, up to 24)."""
+        return min(self.depth, 24)
+
+    @property
+    def left_step(self) -> int:
+        """The bar's start as a whole percent, for the .x-N class (no style="" under the Content-Security-Policy)."""
+        return max(0, min(100, round(self.left)))
+
+    @property
+    def width_step(self) -> int:
+        """The bar's width as a whole percent, for the .w-N class: its end rounded too, so bars stay aligned."""
+        return max(0, min(100, round(self.left + self.width)) - self.left_step)
 
 
 def _tree_rows(spans: list[Span]) -> list[SpanRow]:

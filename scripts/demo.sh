@@ -82,8 +82,9 @@ own_session "$BIN/celery" -A clear worker -B --concurrency 2 --loglevel INFO \
 PIDS+=($!)
 
 echo "==> serving http://$HOST:$PORT (log: $CLEAR_VAR_DIR/logs/web.log)"
+# --capture-output: what the app prints goes to web.log too, such as the password-reset mails of the console backend.
 own_session "$BIN/gunicorn" clear.wsgi:application --bind "$HOST:$PORT" --workers 2 --threads 4 --timeout 120 --graceful-timeout 5 \
-  --access-logfile "$CLEAR_VAR_DIR/logs/web.log" --error-logfile "$CLEAR_VAR_DIR/logs/web.log" &
+  --access-logfile "$CLEAR_VAR_DIR/logs/web.log" --error-logfile "$CLEAR_VAR_DIR/logs/web.log" --capture-output &
 PIDS+=($!)
 up=0
 for _ in $(seq 1 120); do

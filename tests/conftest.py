@@ -53,6 +53,28 @@ def shared_dir() -> Path:
     return path
 
 
+def auth_throttle_clear() -> None:
+    """Forget every failed login and API key counted (clear/projects/auth_throttle.py), and only those."""
+    from django.core.cache import caches
+    from django.core.cache.backends.locmem import LocMemCache
+
+    cache = caches[settings.CLEAR_AUTH_THROTTLE_CACHE]
+    if isinstance(cache, LocMemCache):
+        cache.clear()  # this alias' own memory
+        return
+    client = cache._cache.get_client(write=True)  # Redis: FLUSHDB (cache.clear) would take other tests' keys along
+    for key in client.scan_iter(match="*auth-failures:*"):
+        client.delete(key)
+
+
+@pytest.fixture(autouse=True)
+def _auth_throttle_reset():
+    # Every test client comes from 127.0.0.1: the wrong passwords and keys one test sends on purpose would otherwise
+    # count against the tests after it and throttle them.
+    auth_throttle_clear()
+    yield
+
+
 def _user(email: str):
     user, _ = user_get_or_create(email=email, password="correct horse battery staple")
     return user
@@ -141,10 +163,17 @@ def browser():
 
 @pytest.fixture
 def page(browser):
+    """A fresh context's page. Any Content-Security-Policy violation on any page it opened fails the test."""
+    from tests.support.browser import CspWatch
+
     context = browser.new_context(viewport={"width": 1360, "height": 860})
+    csp = CspWatch(context)
     page = context.new_page()
     yield page
+    page.wait_for_timeout(50)  # a violation event still on its way to the test
+    violations = csp.take()
     context.close()
+    assert not violations, "Content-Security-Policy violations:\n" + "\n".join(violations)
 
 
 def free_port() -> int:

@@ -23,7 +23,7 @@ from rest_framework.response import Response
 
 from clear.api.base import ProjectApi
 from clear.api.pagination import PAGINATION_PARAMETERS, page_body, paginate, paginated
-from clear.errors import ClearError, NotFoundError
+from clear.errors import ClearError, NotFoundError, ThrottledError
 from clear.projects.models import Project
 from traces.models import Span, Trace
 from traces.normalize import LangfuseBatchError, OtlpDecodeError, decode_export_request, normalize_ingestion_batch
@@ -41,7 +41,13 @@ RETRY_AFTER_SECONDS = "2"
 _RPC_CODES = {400: 3, 401: 16, 403: 7, 404: 5, 413: 8, 415: 3, 429: 8, 500: 13, 503: 14}
 
 
-def _otlp_response(kind: str | None, status: int, message: object | None = None) -> HttpResponse:
+def _retry_after(exc: ClearError) -> str:
+    """A throttle knows when it lets the client in again; an overloaded process only asks for a short pause."""
+    return str(exc.retry_after) if isinstance(exc, ThrottledError) else RETRY_AFTER_SECONDS
+
+
+def _otlp_response(kind: str | None, status: int, message: object | None = None,
+                   retry_after: str = RETRY_AFTER_SECONDS) -> HttpResponse:
     """`message` is an ExportTraceServiceResponse (success) or an error text (google.rpc.Status)."""
     if status == 200:
         response_message = message or trace_service_pb2.ExportTraceServiceResponse()
@@ -54,7 +60,7 @@ def _otlp_response(kind: str | None, status: int, message: object | None = None)
 
         response = JsonResponse(MessageToDict(response_message), status=status)
     if status in (429, 503):
-        response["Retry-After"] = RETRY_AFTER_SECONDS
+        response["Retry-After"] = retry_after
     if status == 401:
         response["WWW-Authenticate"] = 'Bearer realm="clear"'
     return response
@@ -79,7 +85,7 @@ def otlp_traces(request: HttpRequest) -> HttpResponse:
                 raise IngestError(exc.message, code=exc.kind) from None
             spans_ingest(project=project, spans=batch.spans)
     except ClearError as exc:
-        return _otlp_response(kind, exc.status_code, exc.message)
+        return _otlp_response(kind, exc.status_code, exc.message, retry_after=_retry_after(exc))
     response = trace_service_pb2.ExportTraceServiceResponse()
     if batch.rejected:
         response.partial_success.rejected_spans = len(batch.rejected)
@@ -91,10 +97,10 @@ def otlp_traces(request: HttpRequest) -> HttpResponse:
     return _otlp_response(kind, 200, response)
 
 
-def _langfuse_error(status: int, message: str, code: str) -> JsonResponse:
+def _langfuse_error(status: int, message: str, code: str, retry_after: str = RETRY_AFTER_SECONDS) -> JsonResponse:
     response = JsonResponse({"message": message, "error": code}, status=status)
     if status in (429, 503):
-        response["Retry-After"] = RETRY_AFTER_SECONDS
+        response["Retry-After"] = retry_after
     return response
 
 
@@ -117,7 +123,7 @@ def langfuse_ingestion(request: HttpRequest) -> HttpResponse:
                 raise IngestError(str(exc), code="invalid_batch") from None
             langfuse_batch_ingest(project=project, batch=batch)
     except ClearError as exc:
-        return _langfuse_error(exc.status_code, exc.message, exc.code)
+        return _langfuse_error(exc.status_code, exc.message, exc.code, retry_after=_retry_after(exc))
     return JsonResponse(batch.response_body(), status=207)
 
 
@@ -145,7 +151,7 @@ def langfuse_scores(request: HttpRequest) -> HttpResponse:
             batch = normalize_ingestion_batch(payload={"batch": events})
             langfuse_batch_ingest(project=project, batch=batch)
     except ClearError as exc:
-        return _langfuse_error(exc.status_code, exc.message, exc.code)
+        return _langfuse_error(exc.status_code, exc.message, exc.code, retry_after=_retry_after(exc))
     if single:
         if batch.errors:
             return _langfuse_error(400, batch.errors[0]["message"], "invalid_score")

@@ -8,6 +8,7 @@ from django.http import HttpRequest
 
 from clear.errors import ClearError
 from clear.projects.authentication import project_key_authenticate
+from clear.projects.client_address import client_address_get
 from clear.projects.models import Project
 
 
@@ -55,7 +56,8 @@ class InFlightLimit:
 
 
 def authenticate(request: HttpRequest) -> Project:
-    return project_key_authenticate(authorization=request.META.get("HTTP_AUTHORIZATION")).project
+    return project_key_authenticate(authorization=request.META.get("HTTP_AUTHORIZATION"),
+                                    address=client_address_get(meta=request.META)).project
 
 
 def _cap_message(cap: int) -> str:

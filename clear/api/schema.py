@@ -22,7 +22,8 @@ _ERRORS = {
     "400": "The request is not valid (body, query parameters or cursor).",
     "401": "The API key is missing, malformed, unknown or revoked.",
     "404": "No such object in the key's project.",
-    "429": "Too many requests for this API key (CLEAR_API_RATE); retry after `Retry-After` seconds.",
+    "429": ("Too many requests for this API key (CLEAR_API_RATE), or too many wrong keys from this client address "
+            "(CLEAR_AUTH_FAILURE_RATE, code auth_throttled); retry after `Retry-After` seconds."),
 }
 
 

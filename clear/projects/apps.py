@@ -7,4 +7,4 @@ class ProjectsConfig(AppConfig):
     verbose_name = "Projects and access"
 
     def ready(self) -> None:
-        from clear.projects import schema  # noqa: F401  registers the OpenAPI security scheme
+        from clear.projects import checks, schema  # noqa: F401  register the settings check, the OpenAPI scheme

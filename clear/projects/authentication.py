@@ -1,7 +1,9 @@
 """The one way a client proves which project it writes to: a project key.
 
 `Authorization: Bearer <secret>` or HTTP Basic `<public key>:<secret>` (what the Langfuse SDK sends). The ingestion
-endpoints call `project_key_authenticate` directly; DRF views get it through `ProjectKeyAuthentication`.
+endpoints call `project_key_authenticate` directly; DRF views get it through `ProjectKeyAuthentication`. Wrong secrets
+are counted per client address (and per public key from it, if one is sent): past CLEAR_AUTH_FAILURE_RATE every key
+from there gets 429 until the window ends (clear/projects/auth_throttle.py).
 """
 
 import base64
@@ -12,9 +14,10 @@ from rest_framework.authentication import BaseAuthentication
 from rest_framework.request import Request
 
 from clear.errors import HOW_TO_AUTHENTICATE, AuthenticationError
+from clear.projects.client_address import client_address_get
 from clear.projects.models import ApiKey, Project
 from clear.projects.selectors import api_key_get_by_secret_hash
-from clear.projects.services import api_key_touch, secret_hash
+from clear.projects.services import api_key_attempt_check, api_key_failure_record, api_key_touch, secret_hash
 
 
 @dataclass(frozen=True)
@@ -57,17 +60,22 @@ def _parse_authorization(header: str) -> tuple[str | None, str]:
     )
 
 
-def project_key_authenticate(*, authorization: str | None) -> ApiKey:
+def project_key_authenticate(*, authorization: str | None, address: str) -> ApiKey:
+    """The key of an Authorization header sent from `address` (client_address_get). Only wrong secrets count as
+    failures: a missing or malformed header or a revoked key is a client's mistake, not a guess."""
     if not authorization:
         raise AuthenticationError("Missing API key. " + HOW_TO_AUTHENTICATE, code="missing_credentials")
     public_key, secret = _parse_authorization(authorization)
+    api_key_attempt_check(public_key=public_key, address=address)
     api_key = api_key_get_by_secret_hash(secret_hash=secret_hash(secret))
     if api_key is None:
+        api_key_failure_record(public_key=public_key, address=address)
         raise AuthenticationError(
             "The secret key is not valid: no project has it. Check for a typo, or create a new key.",
             code="invalid_credentials",
         )
     if public_key is not None and public_key != api_key.public_key:
+        api_key_failure_record(public_key=public_key, address=address)
         raise AuthenticationError(
             "The public key does not belong to this secret key; send the pair shown when the key was created.",
             code="invalid_credentials",
@@ -86,7 +94,7 @@ class ProjectKeyAuthentication(BaseAuthentication):
         authorization = request.META.get("HTTP_AUTHORIZATION")
         if not authorization:
             return None  # let session authentication try; permissions answer 401 if nobody is authenticated
-        api_key = project_key_authenticate(authorization=authorization)
+        api_key = project_key_authenticate(authorization=authorization, address=client_address_get(meta=request.META))
         return ProjectKeyUser(api_key=api_key), api_key
 
     def authenticate_header(self, request: Request) -> str:

@@ -2,6 +2,7 @@ import uuid
 
 from django.conf import settings
 from django.db import models
+from django.utils import timezone
 
 
 class Project(models.Model):
@@ -61,3 +62,31 @@ class WorkerProbe(models.Model):
     attempts = models.PositiveIntegerField(default=0)
     worker_hostname = models.CharField(max_length=255, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+
+
+class AuditEvent(models.Model):
+    """Who did what to access, from which address. Account events (logins) have no project: a project shows those of
+    its members (clear.projects.selectors.audit_event_list)."""
+
+    class Kind(models.TextChoices):
+        LOGIN = "login", "Logged in"
+        LOGIN_FAILED = "login_failed", "Failed login"
+        LOGIN_THROTTLED = "login_throttled", "Logins throttled"
+        API_KEY_CREATED = "api_key_created", "API key created"
+        API_KEY_REVOKED = "api_key_revoked", "API key revoked"
+        API_KEY_FAILED = "api_key_failed", "Wrong API secret"
+        API_KEY_THROTTLED = "api_key_throttled", "API keys throttled"
+
+    project = models.ForeignKey(Project, null=True, blank=True, on_delete=models.CASCADE, related_name="audit_events")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                             related_name="audit_events")
+    kind = models.CharField(max_length=32, choices=Kind.choices)
+    address = models.GenericIPAddressField(null=True, blank=True)
+    detail = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["project", "-created_at"], name="audit_project_created"),
+            models.Index(fields=["user", "-created_at"], name="audit_user_created"),
+        ]

@@ -41,6 +41,12 @@ if env_bool("SECURE_PROXY_SSL_HEADER", False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
+# The Content-Security-Policy of every page (clear/csp.py); empty: no header. Never needs 'unsafe-inline'.
+CLEAR_CSP = env_str(
+    "CLEAR_CSP",
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; font-src 'self'; "
+    "connect-src 'self'; object-src 'none'; base-uri 'self'; form-action 'self'; frame-ancestors 'none'",
+)
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -73,6 +79,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "clear.csp.ContentSecurityPolicyMiddleware",
 ]
 
 ROOT_URLCONF = "clear.urls"
@@ -126,6 +133,23 @@ AUTH_PASSWORD_VALIDATORS = [
 LOGIN_URL = "frontend:login"
 LOGIN_REDIRECT_URL = "frontend:home"
 LOGOUT_REDIRECT_URL = "frontend:login"
+
+# E-mail (password reset, frontend/views_password.py). The console backend prints each mail to the web process'
+# output (the demo's web log); production sets the SMTP backend and its server. EMAIL_HOST_USER/PASSWORD may come
+# from *_FILE like every secret. A reset mail goes to one account at most CLEAR_PASSWORD_RESET_RATE times
+# ("<n>/<s|min|h|d>", counted in the shared throttle cache; empty: no limit); its link is valid for
+# PASSWORD_RESET_TIMEOUT seconds and only until the password changes.
+EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("EMAIL_PORT", 25)
+EMAIL_HOST_USER = env_str("EMAIL_HOST_USER")
+EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL", False)
+EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 10)  # seconds; the reset form sends in the request
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "Clear <clear@localhost>")
+PASSWORD_RESET_TIMEOUT = env_int("PASSWORD_RESET_TIMEOUT", 24 * 3600)
+CLEAR_PASSWORD_RESET_RATE = env_str("CLEAR_PASSWORD_RESET_RATE", "3/h")
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
@@ -244,6 +268,13 @@ CLEAR_API_SPAN_IO_MAX_CHARS = env_int("CLEAR_API_SPAN_IO_MAX_CHARS", 20_000)  # 
 CLEAR_API_TRACE_MAX_SPANS = env_int("CLEAR_API_TRACE_MAX_SPANS", 5_000)
 # The rate limit's counters: Redis when there is one, so every web process counts against the same limit.
 CLEAR_API_THROTTLE_CACHE = "api_throttle"
+# Failed logins and failed API keys (clear/projects/auth_throttle.py): at most CLEAR_AUTH_FAILURE_RATE ("<n>/<period>",
+# e.g. "10/15min"; empty: no limit) per (account, client address) and per client address, then 429 until the window
+# ends. The client address is REMOTE_ADDR, or X-Forwarded-For when REMOTE_ADDR is one of CLEAR_TRUSTED_PROXIES (the
+# reverse proxies' addresses or CIDRs; empty: X-Forwarded-For is never believed). Counted in a shared cache as above.
+CLEAR_AUTH_FAILURE_RATE = env_str("CLEAR_AUTH_FAILURE_RATE", "10/15min")
+CLEAR_TRUSTED_PROXIES = env_list("CLEAR_TRUSTED_PROXIES", [])
+CLEAR_AUTH_THROTTLE_CACHE = "auth_throttle"
 
 
 def _shared_cache(local_name: str) -> dict:
@@ -256,6 +287,7 @@ def _shared_cache(local_name: str) -> dict:
 CACHES = {
     "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
     CLEAR_API_THROTTLE_CACHE: _shared_cache("api-throttle"),
+    CLEAR_AUTH_THROTTLE_CACHE: _shared_cache("auth-throttle"),
     "dashboards": _shared_cache("dashboards"),  # frontend/dashboard_cache.py
 }
 CLEAR_DASHBOARD_CACHE = env_bool("CLEAR_DASHBOARD_CACHE", True)
@@ -283,6 +315,9 @@ CLEAR_WEBHOOK_MAX_ATTEMPTS = env_int("CLEAR_WEBHOOK_MAX_ATTEMPTS", 8)
 CLEAR_WEBHOOK_BACKOFF_SECONDS = env_float("CLEAR_WEBHOOK_BACKOFF_SECONDS", 30.0)
 CLEAR_WEBHOOK_BACKOFF_MAX_SECONDS = env_float("CLEAR_WEBHOOK_BACKOFF_MAX_SECONDS", 1800.0)
 CLEAR_WEBHOOK_TIMEOUT_SECONDS = env_float("CLEAR_WEBHOOK_TIMEOUT_SECONDS", 10.0)
+# Webhook URLs reach only public addresses; true lets an on-premise operator allow loopback and private ones
+# (link-local, multicast and reserved stay refused). See clear/webhooks/targets.py.
+CLEAR_WEBHOOK_ALLOW_PRIVATE = env_bool("CLEAR_WEBHOOK_ALLOW_PRIVATE", False)
 # insight.regressed fires when an insight's frequency rose by at least this much (absolute, 0..1) since the last run
 # it occurred in (or when a fixed insight is reopened).
 CLEAR_INSIGHT_REGRESSION_DELTA = env_float("CLEAR_INSIGHT_REGRESSION_DELTA", 0.1)
@@ -298,6 +333,10 @@ CLEAR_EVOLUTION_SANDBOX_NPROC = env_int("CLEAR_EVOLUTION_SANDBOX_NPROC", 256)
 # Targets registered through the API: a git URL (https or ssh), or a local path under one of these directories
 # (empty: no local paths through the API; the operator's `manage.py evolution_target add` may name any path).
 CLEAR_EVOLUTION_SOURCE_ROOTS = env_list("CLEAR_EVOLUTION_SOURCE_ROOTS", [])
+# The model hosts ("host" or "host:port") a job started through the API or the web UI may send its API key to
+# (external backend's model_url, litellm's api_base): the key goes there, and litellm calls it from the worker.
+CLEAR_EVOLUTION_MODEL_HOSTS = env_list("CLEAR_EVOLUTION_MODEL_HOSTS", [
+    "api.openai.com", "api.anthropic.com", "generativelanguage.googleapis.com", "api.mistral.ai", "openrouter.ai"])
 # The environment variables a job's backend config may name as its api_key_env (the worker's value is handed to the
 # coding agent); any other name is refused.
 CLEAR_EVOLUTION_BACKEND_ENV_ALLOW = env_list("CLEAR_EVOLUTION_BACKEND_ENV_ALLOW", [
@@ -319,9 +358,10 @@ CLEAR_EVOLUTION_RELEASES_DIR = env_str("CLEAR_EVOLUTION_RELEASES_DIR", "")
 CLEAR_INSIGHT_FIXED_BELOW = env_float("CLEAR_INSIGHT_FIXED_BELOW", 0.02)
 CLEAR_INSIGHT_FIXED_MIN_JUDGED = env_int("CLEAR_INSIGHT_FIXED_MIN_JUDGED", 20)
 # Tickets: absolute links in bodies and exports (read outside Clear, so no request to take the host from) start with
-# CLEAR_PUBLIC_URL; an insight not associated with failure (lift interval includes 1) gets a ticket only when
-# CLEAR_TICKET_NOT_ASSOCIATED is true.
-CLEAR_PUBLIC_URL = env_str("CLEAR_PUBLIC_URL", "http://127.0.0.1:8000")
+# CLEAR_PUBLIC_URL (empty: http://127.0.0.1:8000, the demo's address), and so do the links of password-reset mails
+# (empty: the address the request came to, its host checked against ALLOWED_HOSTS); an insight not associated with
+# failure (lift interval includes 1) gets a ticket only when CLEAR_TICKET_NOT_ASSOCIATED is true.
+CLEAR_PUBLIC_URL = env_str("CLEAR_PUBLIC_URL", "")
 CLEAR_TICKET_NOT_ASSOCIATED = env_bool("CLEAR_TICKET_NOT_ASSOCIATED", False)
 CELERY_BEAT_SCHEDULE["evolution-janitor"] = {
     # Stale heartbeats → FAILED(worker_lost), lost prepare messages re-sent, orphaned worktrees removed, consent expiry.

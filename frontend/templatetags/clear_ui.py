@@ -49,6 +49,17 @@ def percent_num(rate) -> str:
 
 
 @register.filter
+def width_class(rate) -> str:
+    """A rate (0..1) as the bar class of its width, .w-0 to .w-100 in clear.css (the Content-Security-Policy
+    allows no style="" attribute)."""
+    try:
+        share = 0.0 if rate is None else float(rate)
+    except (TypeError, ValueError):
+        share = 0.0
+    return f"w-{round(max(0.0, min(1.0, share)) * 100)}"
+
+
+@register.filter
 def thousands(value) -> str:
     try:
         return f"{int(value):,}"

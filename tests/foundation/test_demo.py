@@ -211,7 +211,8 @@ def _evolve(page, demo) -> None:
 
 def test_walk_every_link_from_the_navigation(demo, page):
     """Logged in, every link reachable from the navigation (one page of each kind: one trace, insight, ticket, run,
-    job, every settings page) answers below 400 with no console error, no script error and no failed request."""
+    job, every settings page) answers below 400 with the Content-Security-Policy header, no console error (a CSP
+    violation is one), no script error and no failed request."""
     problems: list[str] = []
     page.on("console", lambda msg: msg.type == "error" and problems.append(f"console: {msg.text} on {page.url}"))
     page.on("pageerror", lambda exc: problems.append(f"script error: {exc} on {page.url}"))
@@ -235,6 +236,8 @@ def test_walk_every_link_from_the_navigation(demo, page):
         if response.status >= 400:
             problems.append(f"{response.status} {url}")
             continue
+        if not response.headers.get("content-security-policy"):  # its violations are console errors, caught above
+            problems.append(f"no Content-Security-Policy header on {url}")
         if url in nav:
             name = _pattern(url).rstrip("/").rsplit("/", 1)[-1] or "overview"
             screenshot(page, f"walk-{'postgres' if 'DATABASE_URL' in demo.env else 'sqlite'}-{name}")

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.support.browser import screenshot
+from tests.support.browser import CspWatch, screenshot
 
 PASSWORD = "correct horse battery staple"
 
@@ -19,10 +20,16 @@ def login(page, base_url: str, email: str = "alice@example.com") -> None:
     page.wait_for_load_state()
 
 
+@functools.cache
+def _axe_source(axe_path: Path) -> str:
+    return axe_path.read_text(encoding="utf-8")
+
+
 def axe_violations(page, axe_path: Path) -> list[dict]:
-    """Serious and critical axe-core violations on the current page (axe injected from the local file)."""
+    """Serious and critical axe-core violations on the current page (axe injected from the local file). Evaluated
+    through the DevTools protocol: the page's Content-Security-Policy refuses a script tag added to it."""
     if not page.evaluate("typeof window.axe !== 'undefined'"):
-        page.add_script_tag(path=str(axe_path))
+        page.evaluate(_axe_source(axe_path))
     result = page.evaluate("async () => await axe.run(document, {resultTypes: ['violations']})")
     return [v for v in result["violations"] if v.get("impact") in ("serious", "critical")]
 
@@ -37,11 +44,13 @@ def describe(violations: list[dict]) -> str:
 
 
 class Checker:
-    """Every page: a title, the landmarks, no serious or critical axe violation, a screenshot. Violations are
-    collected and reported together at the end, so one run shows every page's problems."""
+    """Every page: a title, the landmarks, no serious or critical axe violation, a screenshot, the
+    Content-Security-Policy header and no violation of it. Violations are collected and reported together at the end,
+    so one run shows every page's problems."""
 
     def __init__(self, page, axe_path):
         self.page, self.axe_path, self.problems = page, axe_path, []
+        self.csp = CspWatch.of(page)
 
     def __call__(self, name: str) -> None:
         page = self.page
@@ -52,6 +61,12 @@ class Checker:
         screenshot(page, name)
         if violations:
             self.problems.append(f"{name}:\n{describe(violations)}")
+        header = self.csp.header_problem(page)
+        if header:
+            self.problems.append(f"{name}: {header}")
+        refused = self.csp.take()
+        if refused:
+            self.problems.append(f"{name}: Content-Security-Policy violations:\n    " + "\n    ".join(refused))
 
     def assert_clean(self) -> None:
         assert not self.problems, "\n".join(self.problems)

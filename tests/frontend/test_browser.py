@@ -9,7 +9,7 @@ import pytest
 
 from tests.frontend.conftest import EVIL_TRACE_ID, evil_otlp_body, seed_project
 from tests.frontend.support import Checker, login
-from tests.support.browser import screenshot
+from tests.support.browser import screenshot, wait_until
 from traces.models import Trace
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -92,8 +92,8 @@ def test_walk_through_every_page(live_server, page, project, owner, settings, ax
     page.click("[data-testid=start-run-submit]")
     # Eager Celery under the live server: the run executes while the form is posted; the bar polls to 100%.
     page.wait_for_selector("[data-testid=run-progress]")
-    page.wait_for_function(
-        "document.querySelector('[data-testid=run-progress]').getAttribute('aria-valuenow') === '100'", timeout=30_000)
+    wait_until(page, "document.querySelector('[data-testid=run-progress]').getAttribute('aria-valuenow') === '100'",
+               timeout=30_000)
     page.wait_for_selector("[data-testid=run-status] .pill.ok")
     assert "22 judged" in re.sub(r"\s+", " ", page.inner_text("[data-testid=progress-text]"))
     check("ui-run")

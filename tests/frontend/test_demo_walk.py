@@ -17,7 +17,7 @@ from diagnosis.tickets.models import Ticket
 from tests.frontend.conftest import seed_project
 from tests.frontend.support import axe_violations, describe, login
 from tests.frontend.support import Checker
-from tests.support.browser import screenshot
+from tests.support.browser import screenshot, wait_until
 from tests.support.worker import use_broker
 
 pytestmark = [pytest.mark.browser, pytest.mark.worker, pytest.mark.django_db(transaction=True)]
@@ -121,9 +121,8 @@ def test_demo_walk(live_server, page, project, owner, settings, axe_path, celery
     page.wait_for_selector("[data-testid=run-progress]")
     run = DiagnosisRun.objects.get(project=project, name="demo walk run")
     assert str(run.pk) in page.url
-    page.wait_for_function(
-        "document.querySelector('[data-testid=run-progress]').getAttribute('aria-valuenow') === '100'",
-        timeout=120_000)
+    wait_until(page, "document.querySelector('[data-testid=run-progress]').getAttribute('aria-valuenow') === '100'",
+               timeout=120_000)
     page.wait_for_selector("[data-testid=run-status] .pill.ok", timeout=60_000)
     assert "22 judged" in re.sub(r"\s+", " ", page.inner_text("[data-testid=progress-text]"))
     run.refresh_from_db()

@@ -65,8 +65,9 @@
         })
         .then(function (status) {
           failures = 0;
-          fill.style.width = status.percent + "%";
-          fill.className = "progress-fill status-" + status.status;
+          // Width as a .w-N class of clear.css, like the server renders it (the CSP allows no style attribute).
+          var width = Math.max(0, Math.min(100, Math.round(Number(status.percent) || 0)));
+          fill.className = "progress-fill w-" + width + " status-" + status.status;
           bar.setAttribute("aria-valuenow", String(status.percent));
           set("percent", status.percent);
           set("done", status.done);

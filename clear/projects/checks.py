@@ -1,0 +1,21 @@
+"""`manage.py check` (and migrate, runserver) refuse settings the throttles would only trip over at the first login."""
+
+from django.conf import settings
+from django.core.checks import Error, register
+from django.core.exceptions import ImproperlyConfigured
+
+from clear.projects.auth_throttle import auth_failure_rate
+from clear.projects.client_address import trusted_proxies
+
+
+@register()
+def auth_settings_check(app_configs, **kwargs) -> list[Error]:
+    errors = []
+    for setting, parse in (("CLEAR_AUTH_FAILURE_RATE", auth_failure_rate), ("CLEAR_TRUSTED_PROXIES", trusted_proxies)):
+        try:
+            parse()
+        except ImproperlyConfigured as exc:
+            errors.append(Error(str(exc), obj=setting, id="projects.E001"))
+    if getattr(settings, "CLEAR_AUTH_THROTTLE_CACHE", "default") not in settings.CACHES:
+        errors.append(Error("CLEAR_AUTH_THROTTLE_CACHE names no cache of CACHES", id="projects.E002"))
+    return errors
