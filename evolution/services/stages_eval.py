@@ -142,6 +142,8 @@ def verdict(*, job: EvolutionJob, stage_run: StageRun, iteration: int, round_: i
     result = verdict_compute(results=_results(job=job, iteration=it),
                              gates_passed=bool(gates) and all(g["passed"] is not False for g in gates),
                              policy=job.policy)
+    # The verdict and the job's move are one commit: a reader never sees a decision on a job still in VERDICT
+    # (the job page showed PROMOTE_ELIGIBLE under the state VERDICT in between).
     with transaction.atomic():
         Verdict.objects.update_or_create(iteration=it, defaults={
             "decision": result.decision, "rules": result.rules, "policy": job.policy, "summary": result.summary,
@@ -151,16 +153,17 @@ def verdict(*, job: EvolutionJob, stage_run: StageRun, iteration: int, round_: i
         it.save(update_fields=["status", "verdict", "score", "metrics"])
         artifact_store(job=job, iteration=it, stage_run=stage_run, kind="verdict", name="verdict.json",
                        content={"decision": result.decision, "rules": result.rules, "summary": result.summary})
-    StageRun.objects.filter(pk=stage_run.pk).update(outcome=result.decision)
-    data = {"decision": result.decision, "summary": result.summary, "iteration": it.n}
-    if result.decision == PROMOTE_ELIGIBLE:
-        advance(job=job, to_state=S.AWAITING_CONSENT, event="promote_eligible", data=data, best_iteration=it)
-    elif result.decision == REJECT_REGRESSION and job.policy["end_on_regression"]:
-        finish(job=job, to_state=S.REJECTED, reason="regression", data=data, best_iteration=best_iteration(job=job))
-    else:
-        reason = {NEED_MORE_WORK: "need_more_work", NO_IMPROVEMENT: "no_improvement",
-                  REJECT_REGRESSION: "regression"}[result.decision]
-        iteration_end(job=job, iteration=it, reason=reason)
+        StageRun.objects.filter(pk=stage_run.pk).update(outcome=result.decision)
+        data = {"decision": result.decision, "summary": result.summary, "iteration": it.n}
+        if result.decision == PROMOTE_ELIGIBLE:
+            advance(job=job, to_state=S.AWAITING_CONSENT, event="promote_eligible", data=data, best_iteration=it)
+        elif result.decision == REJECT_REGRESSION and job.policy["end_on_regression"]:
+            finish(job=job, to_state=S.REJECTED, reason="regression", data=data,
+                   best_iteration=best_iteration(job=job))
+        else:
+            reason = {NEED_MORE_WORK: "need_more_work", NO_IMPROVEMENT: "no_improvement",
+                      REJECT_REGRESSION: "regression"}[result.decision]
+            iteration_end(job=job, iteration=it, reason=reason)
     return result.decision
 
 
