@@ -228,6 +228,8 @@ def trace_detail(request: HttpRequest, slug: str, trace_id: str) -> HttpResponse
             "events": render_value(selected.events)[0] if selected.events else "",
             "attributes": render_value(selected.attributes)[0] if selected.attributes else "",
             "feedback": by_span.get(selected.span_id, []), "cited_by": citing.get(selected.span_id, []),
+            "repairs": (selected.metadata or {}).get("clear.repairs") or [] if isinstance(selected.metadata, dict)
+            else [],
         }
     failing = [f for f in feedback if f.verdict in (Feedback.Verdict.FAIL, Feedback.Verdict.UNCERTAIN)]
     failing.sort(key=lambda f: bool(f.corrected))  # the ones still standing first

@@ -27,7 +27,9 @@ from clear.errors import ClearError, NotFoundError, ThrottledError
 from clear.projects.models import Project
 from traces.models import Span, Trace
 from traces.normalize import LangfuseBatchError, OtlpDecodeError, decode_export_request, normalize_ingestion_batch
+from traces.normalize.deep_json import TooDeep, loads_bounded
 from traces.normalize.otlp import content_kind
+from traces.normalize.repair import langfuse_repair_errors
 from traces.receivers import IngestError, InFlightLimit, UnsupportedMediaType, authenticate, read_body
 from traces.selectors import TraceFilter, span_list_for_trace, trace_get, trace_list_filtered
 from traces.services import langfuse_batch_ingest, spans_ingest
@@ -83,17 +85,24 @@ def otlp_traces(request: HttpRequest) -> HttpResponse:
                 batch = decode_export_request(body=body, content_type=request.content_type)
             except OtlpDecodeError as exc:
                 raise IngestError(exc.message, code=exc.kind) from None
-            spans_ingest(project=project, spans=batch.spans)
+            result = spans_ingest(project=project, spans=batch.spans)
     except ClearError as exc:
         return _otlp_response(kind, exc.status_code, exc.message, retry_after=_retry_after(exc))
     response = trace_service_pb2.ExportTraceServiceResponse()
+    messages = []
     if batch.rejected:
         response.partial_success.rejected_spans = len(batch.rejected)
         reasons = "; ".join(f"span #{index}: {reason}" for index, reason in batch.rejected[:20])
         more = f" (and {len(batch.rejected) - 20} more)" if len(batch.rejected) > 20 else ""
-        response.partial_success.error_message = (
+        messages.append(
             f"{len(batch.rejected)} of {len(batch.rejected) + len(batch.spans)} spans rejected: {reasons}{more}"
         )
+    # Repairs and duplicates alone are reported as the OTLP spec reports warnings: rejected_spans 0, a message.
+    summary = result.summary()
+    if summary:
+        messages.append(summary)
+    if messages:
+        response.partial_success.error_message = ". ".join(messages)
     return _otlp_response(kind, 200, response)
 
 
@@ -114,17 +123,21 @@ def langfuse_ingestion(request: HttpRequest) -> HttpResponse:
                 raise UnsupportedMediaType("The Langfuse ingestion API takes application/json.")
             body = read_body(request)
             try:
-                payload = json.loads(body)
+                payload = loads_bounded(body)
+            except TooDeep as exc:
+                raise IngestError(f"{exc} Nothing in it can be told apart as an event.", code="invalid_json") from None
             except (json.JSONDecodeError, UnicodeDecodeError) as exc:
                 raise IngestError(f"The body is not valid JSON: {exc}.", code="invalid_json") from None
             try:
                 batch = normalize_ingestion_batch(payload=payload)
             except LangfuseBatchError as exc:
                 raise IngestError(str(exc), code="invalid_batch") from None
-            langfuse_batch_ingest(project=project, batch=batch)
+            result = langfuse_batch_ingest(project=project, batch=batch)
     except ClearError as exc:
         return _langfuse_error(exc.status_code, exc.message, exc.code, retry_after=_retry_after(exc))
-    return JsonResponse(batch.response_body(), status=207)
+    body = batch.response_body()
+    body["errors"] = [*body["errors"], *langfuse_repair_errors(payload=payload, repaired=result.repaired)]
+    return JsonResponse(body, status=207)
 
 
 @csrf_exempt
@@ -231,12 +244,21 @@ class SpanOutputSerializer(serializers.Serializer):
     start_time = serializers.DateTimeField()
     end_time = serializers.DateTimeField(allow_null=True)
     input_tokens = serializers.IntegerField(allow_null=True)
-    output_tokens = serializers.IntegerField(allow_null=True)
+    output_tokens = serializers.IntegerField(allow_null=True, help_text="Includes reasoning_tokens.")
+    cached_tokens = serializers.IntegerField(allow_null=True, help_text="Cache reads, part of input_tokens.")
+    reasoning_tokens = serializers.IntegerField(allow_null=True, help_text="Part of output_tokens.")
+    cost = serializers.FloatField(allow_null=True)
     input = serializers.JSONField(allow_null=True, help_text="Cut to a string of CLEAR_API_SPAN_IO_MAX_CHARS "
                                                              "characters when longer (input_truncated).")
     output = serializers.JSONField(allow_null=True, help_text="Cut like input (output_truncated).")
     input_truncated = serializers.BooleanField(default=False)
     output_truncated = serializers.BooleanField(default=False)
+    repairs = serializers.SerializerMethodField(
+        help_text="What ingestion changed to store the span: [{field, reason, original_length}] (issue 24).")
+
+    def get_repairs(self, span: Span) -> list[dict]:
+        metadata = span.metadata if isinstance(span.metadata, dict) else {}
+        return list(metadata.get("clear.repairs") or [])
 
     def to_representation(self, span: Span) -> dict:
         data = super().to_representation(span)

@@ -93,6 +93,7 @@ class Span(models.Model):
     input_tokens = models.BigIntegerField(null=True, blank=True)
     output_tokens = models.BigIntegerField(null=True, blank=True)
     cached_tokens = models.BigIntegerField(null=True, blank=True)
+    reasoning_tokens = models.BigIntegerField(null=True, blank=True)  # part of output_tokens (MAPPING.md)
     usage_is_aggregate = models.BooleanField(default=False)
     cost = models.FloatField(null=True, blank=True)
     release = models.CharField(max_length=200, blank=True)

@@ -273,6 +273,7 @@ def _build_entities(result: LangfuseBatch, accepted: list) -> None:
             input_tokens=f.get("input_tokens"),
             output_tokens=f.get("output_tokens"),
             cached_tokens=f.get("cached_tokens"),
+            reasoning_tokens=f.get("reasoning_tokens"),
             usage_is_aggregate=kind in ("AGENT", "CHAIN")
             and (f.get("input_tokens") is not None or f.get("output_tokens") is not None),
             cost=f.get("cost"),

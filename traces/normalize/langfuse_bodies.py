@@ -12,7 +12,7 @@ from typing import Any
 
 from .context import outcome_value, score_value
 from .records import ScoreRecord
-from .usage import cost_from_mapping, usage_from_mapping
+from .usage import cost_from_mapping, reasoning_from_mapping, usage_from_mapping
 from .values import decode_jsonish, langfuse_observation_id, langfuse_trace_id, parse_iso_datetime, to_float
 
 _LEVELS = {"DEBUG", "DEFAULT", "WARNING", "ERROR"}
@@ -134,11 +134,13 @@ def observation_fields(body: dict, *, is_create: bool, event_kind: str | None) -
     usage = _non_negative_numbers(body.get("usage"), "body.usage")
     usage_details = _non_negative_numbers(body.get("usageDetails"), "body.usageDetails")
     cost_details = _non_negative_numbers(body.get("costDetails"), "body.costDetails")
-    inp = out = cached = None
+    inp = out = cached = reasoning = None
     if usage_details:
         inp, out, cached = usage_from_mapping(usage_details)
+        reasoning = reasoning_from_mapping(usage_details)
     if inp is None and out is None and usage and usage.get("unit") in _TOKEN_UNITS:
         inp, out, cached = usage_from_mapping(usage)
+        reasoning = reasoning_from_mapping(usage)
     if usage and usage.get("unit") not in _TOKEN_UNITS:
         md["usage"] = usage
     if inp is not None:
@@ -147,6 +149,8 @@ def observation_fields(body: dict, *, is_create: bool, event_kind: str | None) -
         f["output_tokens"] = out
     if cached is not None:
         f["cached_tokens"] = cached
+    if reasoning is not None and (inp is not None or out is not None):
+        f["reasoning_tokens"] = reasoning
     cost = cost_from_mapping(cost_details) if cost_details else None
     if cost is None and usage:
         cost = to_float(usage.get("totalCost"))

@@ -159,7 +159,7 @@ def build_span_record(
     )
     inp, out = extract_io(a, hit, events, is_root=is_root, flags=flags)
 
-    in_tok, out_tok, cached, aggregated = extract_usage(a, hit)
+    in_tok, out_tok, cached, reasoning, aggregated = extract_usage(a, hit)
     usage_is_aggregate = (in_tok is not None or out_tok is not None) and (
         aggregated
         or kind in ("AGENT", "CHAIN")
@@ -239,6 +239,7 @@ def build_span_record(
         input_tokens=in_tok,
         output_tokens=out_tok,
         cached_tokens=cached,
+        reasoning_tokens=reasoning,
         usage_is_aggregate=usage_is_aggregate,
         cost=extract_cost(a, hit),
         release=release,

@@ -19,6 +19,7 @@ from .records import SpanRecord
 
 _EMPTY: Mapping[str, tuple[str | None, str | None]] = {}
 _MAX_DEPTH = 10_000
+NODE_MAX = 300  # Span.node is varchar(300)
 
 
 def resolve_nodes(
@@ -47,9 +48,14 @@ def resolve_nodes(
         key = (span.trace_id, span.span_id)
         found = _inherit(span, by_id, inherited, known_nodes)
         inherited[key] = found
-        span.node = found if found is not None else (span.node_fallback or span.name)
+        span.node = found if found is not None else fallback_node(span)
 
     _mark_aggregate_usage(spans, by_id)
+
+
+def fallback_node(span: SpanRecord) -> str:
+    # A name may hold a whole prompt or URL (Span.name keeps 500 characters); the node column keeps NODE_MAX.
+    return (span.node_fallback or span.name)[:NODE_MAX]
 
 
 def _inherit(

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from .context import resource_context
+from .deep_json import TooDeep, loads_bounded
 from .mapping import build_span_record
 from .otlp_errors import (
     INVALID_JSON,
@@ -23,7 +24,9 @@ from .otlp_errors import (
     compression_hint,
 )
 from .records import OtlpBatch
-from .values import clean_float, id_from_json, loads, ns_to_iso, to_int
+from .repair import note_repairs
+from .span_times import check_times
+from .values import clean_float, id_from_json, ns_to_iso, to_int
 
 def _j_bool(x: Any) -> Any:
     if isinstance(x, str):
@@ -44,15 +47,19 @@ def _j_double(x: Any) -> Any:
     return x
 
 
-def _j_array(x: Any) -> list:
+def _j_array(x: Any) -> list | str:
     values = x.get("values") if isinstance(x, dict) else x
+    if isinstance(values, str):
+        return values  # nested too deep, kept as text by loads_bounded
     if not isinstance(values, list):
         return []
     return [_j_any(i) for i in values]
 
 
-def _j_kvlist(x: Any) -> dict:
+def _j_kvlist(x: Any) -> dict | str:
     values = x.get("values") if isinstance(x, dict) else x
+    if isinstance(values, str):
+        return values  # nested too deep, kept as text by loads_bounded
     if isinstance(values, dict):
         return {k: _j_any(v) for k, v in values.items()}
     if not isinstance(values, list):
@@ -61,6 +68,8 @@ def _j_kvlist(x: Any) -> dict:
     for kv in values:
         if isinstance(kv, dict) and isinstance(kv.get("key"), str):
             out[kv["key"]] = _j_any(kv.get("value"))
+        elif isinstance(kv, str):
+            out[f"[{len(out)}]"] = kv  # nested too deep, kept as text by loads_bounded
     return out
 
 
@@ -230,7 +239,9 @@ def _j_links(links: Any, path: str) -> list[dict]:
 def decode_json(body: bytes | str) -> OtlpBatch:
     """Decode an OTLP/JSON `ExportTraceServiceRequest` (already decompressed)."""
     try:
-        doc = loads(body)
+        doc = loads_bounded(body)
+    except TooDeep as exc:
+        raise OtlpDecodeError(f"{exc} Nothing in it can be told apart as a span.", INVALID_JSON) from None
     except UnicodeDecodeError:
         hint = compression_hint(body) if isinstance(body, (bytes, bytearray)) else ""
         if not hint and isinstance(body, (bytes, bytearray)) and body[:1] == b"\n":
@@ -297,18 +308,18 @@ def decode_json(body: bytes | str) -> OtlpBatch:
                 tid, why = id_from_json(_g(sp, "traceId", "trace_id"), 16)
                 if tid is None or tid == "0" * 32:
                     why = why or ("is all zeros" if tid else "is missing")
-                    rejected.append((idx, f"span {idx} ({name!r}): traceId {why}"))
+                    rejected.append((idx, f"span {idx} ({name[:80]!r}): traceId {why}"))
                     idx += 1
                     continue
                 sid, why = id_from_json(_g(sp, "spanId", "span_id"), 8)
                 if sid is None or sid == "0" * 16:
                     why = why or ("is all zeros" if sid else "is missing")
-                    rejected.append((idx, f"span {idx} ({name!r}): spanId {why}"))
+                    rejected.append((idx, f"span {idx} ({name[:80]!r}): spanId {why}"))
                     idx += 1
                     continue
                 pid, why = id_from_json(_g(sp, "parentSpanId", "parent_span_id"), 8)
                 if why is not None:
-                    rejected.append((idx, f"span {idx} ({name!r}): parentSpanId {why}"))
+                    rejected.append((idx, f"span {idx} ({name[:80]!r}): parentSpanId {why}"))
                     idx += 1
                     continue
                 if pid == "0000000000000000":
@@ -321,25 +332,31 @@ def decode_json(body: bytes | str) -> OtlpBatch:
                         message = str(message)
                 else:
                     code, message = 0, ""
+                times = check_times(start=_g(sp, "startTimeUnixNano", "start_time_unix_nano"),
+                                    end=_g(sp, "endTimeUnixNano", "end_time_unix_nano"))
+                if times.rejected:
+                    rejected.append((idx, f"span {idx} ({name[:80]!r}): {times.rejected}"))
+                    idx += 1
+                    continue
                 events = sp.get("events")
                 links = sp.get("links")
-                spans.append(
-                    build_span_record(
-                        trace_id=tid,
-                        span_id=sid,
-                        parent_span_id=pid,
-                        name=name,
-                        attributes=_j_attrs(sp.get("attributes"), f"{p_sp}.attributes"),
-                        events=_j_events(events, f"{p_sp}.events") if events else [],
-                        status_code=code,
-                        status_message=message,
-                        start_ns=_j_time(_g(sp, "startTimeUnixNano", "start_time_unix_nano")),
-                        end_ns=_j_time(_g(sp, "endTimeUnixNano", "end_time_unix_nano")),
-                        resource=resource,
-                        scope=scope,
-                        links=_j_links(links, f"{p_sp}.links") if links else None,
-                        resource_ctx=resource_ctx,
-                    )
+                record = build_span_record(
+                    trace_id=tid,
+                    span_id=sid,
+                    parent_span_id=pid,
+                    name=name,
+                    attributes=_j_attrs(sp.get("attributes"), f"{p_sp}.attributes"),
+                    events=_j_events(events, f"{p_sp}.events") if events else [],
+                    status_code=code,
+                    status_message=message,
+                    start_ns=times.start_ns,
+                    end_ns=times.end_ns,
+                    resource=resource,
+                    scope=scope,
+                    links=_j_links(links, f"{p_sp}.links") if links else None,
+                    resource_ctx=resource_ctx,
                 )
+                note_repairs(record, times.repairs)
+                spans.append(record)
                 idx += 1
     return batch

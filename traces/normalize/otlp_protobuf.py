@@ -22,7 +22,10 @@ from .otlp_errors import (
     OtlpDecodeError,
     compression_hint,
 )
+from .otlp_protobuf_salvage import Unsalvageable, salvage
 from .records import OtlpBatch
+from .repair import note_repairs
+from .span_times import check_times
 from .values import clean_float, ns_to_iso
 
 _INF = math.inf
@@ -117,9 +120,17 @@ def _raise_if_json(body: bytes) -> None:
 def decode_protobuf(body: bytes) -> OtlpBatch:
     """Decode a protobuf `ExportTraceServiceRequest` (already decompressed)."""
     req = ExportTraceServiceRequest()
+    span_repairs: dict[int, list[dict]] = {}
+    broken: dict[int, str] = {}
     try:
         req.ParseFromString(body)
     except (DecodeError, ValueError, RuntimeError) as exc:
+        try:
+            req, span_repairs, broken = salvage(body)
+        except Unsalvageable:
+            pass
+        else:
+            return _decode_request(req, body, span_repairs=span_repairs, broken=broken)
         _raise_if_json(body)
         _raise_if_other_signal(body)
         raise OtlpDecodeError(
@@ -135,7 +146,11 @@ def decode_protobuf(body: bytes) -> OtlpBatch:
             + compression_hint(body),
             INVALID_PROTOBUF,
         )
+    return _decode_request(req, body, span_repairs=span_repairs, broken=broken)
 
+
+def _decode_request(req: ExportTraceServiceRequest, body: bytes, *, span_repairs: dict[int, list[dict]],
+                    broken: dict[int, str]) -> OtlpBatch:
     batch = OtlpBatch()
     spans = batch.spans
     rejected = batch.rejected
@@ -146,10 +161,14 @@ def decode_protobuf(body: bytes) -> OtlpBatch:
         for ss in rs.scope_spans:
             scope = ss.scope.name
             for sp in ss.spans:
+                if broken and idx in broken:
+                    rejected.append((idx, broken[idx]))
+                    idx += 1
+                    continue
                 tid = sp.trace_id
                 sid = sp.span_id
                 if len(tid) != 16 or len(sid) != 8 or tid == _ZERO16 or sid == _ZERO8:
-                    rejected.append((idx, f"span {idx} ({sp.name!r}): {_id_problem(tid, sid)}"))
+                    rejected.append((idx, f"span {idx} ({sp.name[:80]!r}): {_id_problem(tid, sid)}"))
                     idx += 1
                     continue
                 pid = sp.parent_span_id
@@ -159,28 +178,33 @@ def decode_protobuf(body: bytes) -> OtlpBatch:
                     parent = None
                     if pid and pid != _ZERO8:
                         why = f"parentSpanId has {len(pid)} bytes, expected 8"
-                        rejected.append((idx, f"span {idx} ({sp.name!r}): {why}"))
+                        rejected.append((idx, f"span {idx} ({sp.name[:80]!r}): {why}"))
                         idx += 1
                         continue
+                times = check_times(start=sp.start_time_unix_nano, end=sp.end_time_unix_nano)
+                if times.rejected:
+                    rejected.append((idx, f"span {idx} ({sp.name[:80]!r}): {times.rejected}"))
+                    idx += 1
+                    continue
                 st = sp.status
-                spans.append(
-                    build_span_record(
-                        trace_id=tid.hex(),
-                        span_id=sid.hex(),
-                        parent_span_id=parent,
-                        name=sp.name,
-                        attributes=_pb_attrs(sp.attributes),
-                        events=_pb_events(sp.events) if len(sp.events) else [],
-                        status_code=st.code,
-                        status_message=st.message,
-                        start_ns=sp.start_time_unix_nano,
-                        end_ns=sp.end_time_unix_nano,
-                        resource=resource,
-                        scope=scope,
-                        links=_pb_links(sp.links) if len(sp.links) else None,
-                        resource_ctx=resource_ctx,
-                    )
+                record = build_span_record(
+                    trace_id=tid.hex(),
+                    span_id=sid.hex(),
+                    parent_span_id=parent,
+                    name=sp.name,
+                    attributes=_pb_attrs(sp.attributes),
+                    events=_pb_events(sp.events) if len(sp.events) else [],
+                    status_code=st.code,
+                    status_message=st.message,
+                    start_ns=times.start_ns,
+                    end_ns=times.end_ns,
+                    resource=resource,
+                    scope=scope,
+                    links=_pb_links(sp.links) if len(sp.links) else None,
+                    resource_ctx=resource_ctx,
                 )
+                note_repairs(record, times.repairs + span_repairs.get(idx, []) if span_repairs else times.repairs)
+                spans.append(record)
                 idx += 1
     if rejected and not spans:
         _raise_if_other_signal(body)

@@ -35,6 +35,7 @@ class SpanRecord:
     input_tokens: int | None = None
     output_tokens: int | None = None
     cached_tokens: int | None = None
+    reasoning_tokens: int | None = None  # part of output_tokens
     usage_is_aggregate: bool = False  # re-reports its children's usage: do not add to sums
     cost: float | None = None
     release: str | None = None

@@ -20,7 +20,24 @@ _CACHED_KEYS = (
     "cache_read",
     "cachedContentTokens",
     "cachedInputTokens",
+    "cached_input_tokens",  # Codex CLI (OpenAI Responses `input_tokens_details.cached_tokens`)
 )
+# Reasoning counts. Every source we know of reports them inside its output count (OpenAI `completion_tokens`,
+# Responses `output_tokens`, Codex CLI, Genkit); `_counts_from_mapping` catches a vendor whose total says otherwise.
+_REASONING_KEYS = (
+    "reasoning_tokens",
+    "reasoning_output_tokens",
+    "reasoningTokens",
+    "reasoningOutputTokens",
+    "thoughtsTokens",  # Genkit (Gemini thinking), inside its outputTokens
+)
+_REASONING_DETAILS = (
+    "completion_tokens_details",
+    "output_tokens_details",
+    "completionTokensDetails",
+    "outputTokensDetails",
+)
+_TOTAL_KEYS = ("total_tokens", "totalTokens", "total")
 # Langfuse bucket keys: its `input` / `output` exclude these, so they are added back (OTel-style inclusive counts)
 _LF_INPUT_BUCKETS = ("input_cached_tokens", "input_cache_read", "input_cache_creation", "input_cache_write")
 _LF_OUTPUT_BUCKETS = ("output_reasoning", "output_reasoning_tokens", "output_audio", "output_audio_tokens")
@@ -63,6 +80,23 @@ def usage_from_mapping(d: dict) -> tuple[int | None, int | None, int | None]:
     return inp, out, cached
 
 
+def reasoning_from_mapping(d: dict) -> int | None:
+    """Reasoning tokens of a usage dict: flat (`reasoning_tokens`, Codex `reasoning_output_tokens`, Langfuse
+    `output_reasoning`) or OpenAI `completion_tokens_details` / `output_tokens_details.reasoning_tokens`."""
+    for key in (*_REASONING_KEYS, "output_reasoning", "output_reasoning_tokens"):
+        if key in d:
+            n = to_int(d[key])
+            if n is not None:
+                return n
+    for key in _REASONING_DETAILS:
+        details = d.get(key)
+        if isinstance(details, dict):
+            n = to_int(details.get("reasoning_tokens", details.get("reasoningTokens")))
+            if n is not None:
+                return n
+    return None
+
+
 _GENERIC_IN = (
     "gen_ai.usage.input_tokens",
     "gen_ai.usage.prompt_tokens",
@@ -85,6 +119,14 @@ _GENERIC_CACHED = (
 _AGG_IN = ("gen_ai.aggregated_usage.input_tokens", "gen_ai.aggregated_usage.prompt_tokens")
 _AGG_OUT = ("gen_ai.aggregated_usage.output_tokens", "gen_ai.aggregated_usage.completion_tokens")
 _AGG_CACHED = ("gen_ai.aggregated_usage.cache_read.input_tokens", "gen_ai.aggregated_usage.cache_read_input_tokens")
+_GENERIC_REASONING = (
+    "gen_ai.usage.reasoning_tokens",
+    "gen_ai.usage.output_tokens_details.reasoning_tokens",
+    "gen_ai.usage.completion_tokens_details.reasoning_tokens",
+    "llm.token_count.completion_details.reasoning",
+    "llm.usage.reasoning_tokens",
+)
+_AGG_REASONING = ("gen_ai.aggregated_usage.reasoning_tokens",)
 
 
 def _first_int(a: dict, keys: tuple[str, ...]) -> int | None:
@@ -102,40 +144,47 @@ USAGE_KEYS = frozenset(
     ("langfuse.observation.usage_details", "genkit:output", *_VERCEL_USAGE)
     + (*_GENERIC_IN, *_GENERIC_OUT, *_AGG_IN, *_AGG_OUT)
 )
-_NO_USAGE = (None, None, None, False)
+_NO_USAGE = (None, None, None, None, False)
 
 
-def extract_usage(a: dict, hit: set) -> tuple[int | None, int | None, int | None, bool]:
-    """(input, output, cached, from_aggregated_keys). Counts as reported; keys naming the same count (e.g.
-    `gen_ai.usage.prompt_tokens` and `gen_ai.usage.input_tokens`) are never added together."""
+def extract_usage(a: dict, hit: set) -> tuple[int | None, int | None, int | None, int | None, bool]:
+    """(input, output, cached, reasoning, from_aggregated_keys). Counts as reported, except that output always
+    includes reasoning; keys naming the same count (e.g. `gen_ai.usage.prompt_tokens` and
+    `gen_ai.usage.input_tokens`) are never added together."""
     if not (hit & USAGE_KEYS):
-        return _NO_USAGE
+        return vendor_usage(a)
+    usage = _named_usage(a)
+    return usage if usage[0] is not None or usage[1] is not None else vendor_usage(a)
+
+
+def _named_usage(a: dict) -> tuple[int | None, int | None, int | None, int | None, bool]:
     v = a.get("langfuse.observation.usage_details")
     if v is not None:
         d = decode_jsonish(v)
         if isinstance(d, dict):
             inp, out, cached = usage_from_mapping(d)
             if inp is not None or out is not None:
-                return inp, out, cached, False
+                return inp, out, cached, reasoning_from_mapping(d), False
     if "genkit:output" in a and a.get("genkit:metadata:subtype") in ("model", "background-model"):
         d = decode_jsonish(a["genkit:output"])
         usage = d.get("usage") if isinstance(d, dict) else None
         if isinstance(usage, dict):
             inp, out, cached = usage_from_mapping(usage)
             if inp is not None or out is not None:
-                return inp, out, cached, False
+                return inp, out, cached, reasoning_from_mapping(usage), False
     inp = _first_int(a, ("ai.usage.inputTokens", "ai.usage.promptTokens"))
     out = _first_int(a, ("ai.usage.outputTokens", "ai.usage.completionTokens"))
     if inp is not None or out is not None:
-        return inp, out, _first_int(a, ("ai.usage.cachedInputTokens",)), False
+        cached = _first_int(a, ("ai.usage.cachedInputTokens",))
+        return inp, out, cached, _first_int(a, ("ai.usage.reasoningTokens",)), False
     inp = _first_int(a, _GENERIC_IN)
     out = _first_int(a, _GENERIC_OUT)
     if inp is not None or out is not None:
-        return inp, out, _first_int(a, _GENERIC_CACHED), False
+        return inp, out, _first_int(a, _GENERIC_CACHED), _first_int(a, _GENERIC_REASONING), False
     inp = _first_int(a, _AGG_IN)
     out = _first_int(a, _AGG_OUT)
     if inp is not None or out is not None:
-        return inp, out, _first_int(a, _AGG_CACHED), True
+        return inp, out, _first_int(a, _AGG_CACHED), _first_int(a, _AGG_REASONING), True
     return _NO_USAGE
 
 
@@ -185,3 +234,51 @@ def extract_cost(a: dict, hit: set) -> float | None:
     return None
 
 
+
+
+# Vendor carriers found by key shape rather than by name: a JSON object string under `mlflow.chat.tokenUsage` or any
+# key ending in `.usage` / `.tokenUsage` / `.token_usage`, and flat `<prefix>.token_usage.<key>` /
+# `<prefix>.tokenUsage.<key>` groups (Codex CLI `codex.turn.token_usage.input_tokens`). Read only when no named
+# source above yields a count, so they never add to one.
+_JSON_SUFFIXES = (".usage", ".tokenUsage", ".token_usage")
+_FLAT_MARKERS = (".token_usage.", ".tokenUsage.")
+
+
+def vendor_usage(a: dict) -> tuple[int | None, int | None, int | None, int | None, bool]:
+    """Usage from the first vendor carrier that yields an input or output count (JSON strings before flat groups,
+    each in attribute order); one carrier only, so a span sending both shapes is counted once."""
+    groups: dict[str, dict] = {}
+    for key, value in a.items():
+        if "sage" not in key:  # cheap pre-filter: usage / Usage
+            continue
+        if key.endswith(_JSON_SUFFIXES) and isinstance(value, (str, dict)):
+            d = decode_jsonish(value)
+            if isinstance(d, dict):
+                counts = _counts_from_mapping(d)
+                if counts is not None:
+                    return counts
+            continue
+        for marker in _FLAT_MARKERS:
+            at = key.find(marker)
+            if at > 0:
+                groups.setdefault(key[: at + len(marker)], {})[key[at + len(marker) :]] = value
+                break
+    for flat in groups.values():
+        counts = _counts_from_mapping(flat)
+        if counts is not None:
+            return counts
+    return _NO_USAGE
+
+
+def _counts_from_mapping(d: dict) -> tuple[int | None, int | None, int | None, int | None, bool] | None:
+    inp, out, cached = usage_from_mapping(d)
+    if inp is None and out is None:
+        return None
+    reasoning = reasoning_from_mapping(d)
+    if reasoning and inp is not None and out is not None:
+        total = _first_int(d, _TOTAL_KEYS)
+        # A total that only adds up with reasoning on top says this source's output excludes it: add it so that
+        # output_tokens always includes reasoning, as the OpenAI-style sources report it.
+        if total is not None and total == inp + out + reasoning:
+            out += reasoning
+    return inp, out, cached, reasoning, False

@@ -57,7 +57,7 @@ def decode_jsonish(value: Any, *, depth: int = 3) -> Any:
             return value
         try:
             decoded = _loads(s)
-        except ValueError:
+        except (ValueError, RecursionError):  # too deep to parse: the text is kept as it came
             return value
         value = decoded
         depth -= 1

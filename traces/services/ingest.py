@@ -4,6 +4,7 @@ One transaction per request: trace rows, span rows and the outbox items for foll
 the client's 200 means the spans are durable and their processing is scheduled.
 """
 
+import logging
 import operator
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields as dataclass_fields
@@ -16,14 +17,17 @@ from clear.projects.models import Project
 from traces.facts import TRACE_FINALIZE
 from traces.models import Span, Trace
 from traces.normalize import LangfuseBatch, ScoreRecord, SpanRecord, SpanUpdate, TraceUpdate, resolve_nodes
+from traces.normalize.nodes import fallback_node
+from traces.normalize.repair import repair_fields, repair_record
+from traces.pricing import span_cost_estimate
 from traces.services.bulk import COLUMN_NAMES, SpanRow, spans_insert
 from traces.services.trace_rows import stored_spans_find, traces_context_save, traces_upsert
 
 _SPAN_COLUMNS = (
     "parent_span_id", "name", "kind", "node", "node_fallback", "agent_name", "tool_name", "model", "input", "output",
     "status", "status_message", "start_time", "end_time", "input_tokens", "output_tokens", "cached_tokens",
-    "usage_is_aggregate", "cost", "release", "environment", "session_id", "user_id", "tags", "metadata",
-    "attributes", "resource", "scope", "events", "exceptions",
+    "reasoning_tokens", "usage_is_aggregate", "cost", "release", "environment", "session_id", "user_id", "tags",
+    "metadata", "attributes", "resource", "scope", "events", "exceptions",
 )
 _TEXT_COLUMNS = {
     "parent_span_id", "node", "node_fallback", "agent_name", "tool_name", "model", "status_message", "release",
@@ -34,11 +38,33 @@ _MERGED_DICTS = {"metadata", "attributes"}
 _TRACE_CONTEXT = ("release", "environment", "session_id", "user_id")
 
 
+logger = logging.getLogger(__name__)
+
+
 @dataclass
 class IngestResult:
     spans_received: int = 0
     spans_created: int = 0
     trace_ids: list[str] = field(default_factory=list)
+    # (record, its repairs) for every stored span that had to be repaired, in request order
+    repaired: list[tuple[SpanRecord, list[dict]]] = field(default_factory=list)
+    duplicates: int = 0  # copies of a span earlier in the same request, replaced by the later copy
+    resends_updated: int = 0  # spans already stored that a resend changed
+
+    def summary(self) -> str:
+        """The repairs and duplicates in words, for a response message and the log ("" when there are none)."""
+        parts = []
+        if self.repaired:
+            record, repairs = self.repaired[0]
+            first = ", ".join(f"{r['field']} {r['reason'].replace('_', ' ')}" for r in repairs[:5])
+            parts.append(f"{len(self.repaired)} span(s) stored with repairs (recorded in metadata['clear.repairs']); "
+                         f"first: span {record.span_id} ({record.name[:80]!r}): {first}")
+        if self.duplicates:
+            parts.append(f"{self.duplicates} duplicate span(s) in the request: the last copy of each was kept")
+        if self.resends_updated:
+            parts.append(f"{self.resends_updated} span(s) already stored were updated by this resend "
+                         "(non-empty fields win)")
+        return "; ".join(parts)
 
 
 # SpanRow.from_columns() straight from a record: one attrgetter call reads every column the record has (the other
@@ -127,33 +153,89 @@ def _resolve_nodes(*, spans: list[SpanRecord], known: dict) -> set[tuple[str, st
     return {
         (s.trace_id, s.span_id)
         for s in spans
-        if (s.trace_id, s.span_id) in undecided and s.node == (s.node_fallback or s.name)
+        if (s.trace_id, s.span_id) in undecided and s.node == fallback_node(s)
     }
 
 
+def _last_copy_wins(spans: list[SpanRecord]) -> tuple[list[SpanRecord], int]:
+    """One record per (trace, span), the last one sent (Langfuse's rule), in the order of first appearance."""
+    last: dict[tuple[str, str], SpanRecord] = {}
+    for record in spans:
+        last[(record.trace_id, record.span_id)] = record
+    if len(last) == len(spans):
+        return spans, 0
+    return list(last.values()), len(spans) - len(last)
+
+
+def _is_empty(value: object) -> bool:
+    return value is None or value == "" or value == [] or value == {}
+
+
+def _resends_merge(*, traces: dict[str, Trace], records: list[SpanRecord], inferred: set) -> int:
+    """Spans sent again: their non-empty fields win over the stored ones (dicts merged), as Langfuse merges.
+    One query for all of them (a retried batch is the common case, and it changes nothing); returns how many
+    stored spans changed."""
+    stored = {(span.trace_id, span.span_id): span for span in Span.objects.select_for_update().filter(
+        trace_id__in={traces[r.trace_id].pk for r in records}, span_id__in={r.span_id for r in records})}
+    updated = 0
+    for record in records:
+        span = stored.get((traces[record.trace_id].pk, record.span_id))
+        if span is None:
+            continue
+        keep_node = (record.trace_id, record.span_id) in inferred
+        changed = []
+        for name in _SPAN_COLUMNS:
+            if keep_node and name == "node":
+                continue  # only a fallback: the stored node may already be the agent's
+            value = getattr(record, name)
+            if _is_empty(value):
+                continue
+            if name in _MERGED_DICTS and isinstance(value, dict):
+                value = {**(getattr(span, name) or {}), **value}
+            if getattr(span, name) != value:
+                setattr(span, name, value)
+                changed.append(name)
+        if changed:
+            span.save(update_fields=changed)
+            updated += 1
+    return updated
+
+
 def spans_ingest(*, project: Project, spans: list[SpanRecord], provided_fields: dict | None = None) -> IngestResult:
-    """Store spans; a span already stored is left as it is, except for the fields listed in `provided_fields`
-    (Langfuse creates are upserts that carry only some fields)."""
+    """Store spans, each repaired on its own first (repair.py); of two copies in one request the last wins.
+
+    A span already stored takes the resend's non-empty fields (as Langfuse merges), or with `provided_fields` only
+    the fields listed there (Langfuse creates are upserts that carry only some fields)."""
     result = IngestResult(spans_received=len(spans))
     if not spans:
         return result
+    spans, result.duplicates = _last_copy_wins(spans)
+    clean: set[int] = set()
+    for record in spans:
+        # Before anything is stored or derived from the record: one bad value must not fail the batch.
+        repairs = repair_record(record, clean=clean)
+        if repairs:
+            result.repaired.append((record, repairs))
     with transaction.atomic():
         traces, new = traces_upsert(project=project, trace_ids=(s.trace_id for s in spans))
         existing, known = _stored_lookup(traces=traces, new=new, spans=spans)
         inferred = _resolve_nodes(spans=spans, known=known)
-        rows, seen = [], set()
+        rows, resent = [], []
         for record in spans:
             key = (record.trace_id, record.span_id)
-            if key in seen:
-                continue  # the same span twice in one request: the first copy wins, as with a retried batch
-            seen.add(key)
             if key in existing:
-                if provided_fields and key in provided_fields:
+                if provided_fields is None:
+                    resent.append(record)
+                elif key in provided_fields:
                     _span_merge(trace=traces[record.trace_id], span_id=record.span_id,
                                 fields={f: getattr(record, f) for f in provided_fields[key] if f in _SPAN_COLUMNS})
                 continue
+            if record.cost is None and record.model:
+                _cost_estimate(record)
             rows.append(_span_row(record, project_pk=project.pk, trace_pk=traces[record.trace_id].pk,
                                   node_inferred=key in inferred))
+        if resent:
+            result.resends_updated = _resends_merge(traces=traces, records=resent, inferred=inferred)
         created = spans_insert(rows)  # COPY on Postgres, bulk_create(ignore_conflicts=True) elsewhere
         result.spans_created = len(created)
         contexts = []
@@ -164,7 +246,19 @@ def spans_ingest(*, project: Project, spans: list[SpanRecord], provided_fields: 
         traces_context_save(traces=contexts)
         outbox_publish_keys(topic=TRACE_FINALIZE, keys=[str(traces[t].pk) for t in sorted(traces)])
         result.trace_ids = sorted(traces)
+    if result.repaired or result.duplicates or result.resends_updated:
+        logger.info("spans_ingest: project %s: %s", project.pk, result.summary())
     return result
+
+
+def _cost_estimate(record: SpanRecord) -> None:
+    """A span that reports tokens but no cost is priced from the model's list price; metadata says so, because the
+    reported figure (discounts, batch pricing) is the better one when a tool sends it."""
+    cost = span_cost_estimate(model=record.model, input_tokens=record.input_tokens,
+                              output_tokens=record.output_tokens, cached_tokens=record.cached_tokens)
+    if cost is not None:
+        record.cost = cost
+        record.metadata = {**(record.metadata or {}), "cost_estimated": True}
 
 
 def _span_merge(*, trace: Trace, span_id: str, fields: dict) -> bool:
@@ -194,19 +288,21 @@ def _record_from_fields(*, trace_id: str, span_id: str, fields: dict) -> SpanRec
     return SpanRecord(trace_id=trace_id, span_id=span_id, **values)
 
 
-def langfuse_batch_ingest(*, project: Project, batch: LangfuseBatch) -> None:
+def langfuse_batch_ingest(*, project: Project, batch: LangfuseBatch) -> IngestResult:
     """Store a normalised Langfuse batch: creates (upserts), updates, trace attributes and scores."""
     with transaction.atomic():
-        spans_ingest(project=project, spans=batch.spans, provided_fields=batch.provided_fields)
+        result = spans_ingest(project=project, spans=batch.spans, provided_fields=batch.provided_fields)
         for update in batch.traces:
             _trace_update_apply(project=project, update=update)
         for update in batch.updates:
             _span_update_apply(project=project, update=update)
         if batch.scores:
             scores_ingest(project=project, scores=batch.scores)
+    return result
 
 
 def _trace_update_apply(*, project: Project, update: TraceUpdate) -> None:
+    repair_fields(update.fields)
     trace = _trace_rows(project=project, trace_ids=[update.trace_id])[update.trace_id]
     if not _span_merge(trace=trace, span_id=update.root_span_id, fields=update.fields):
         spans_ingest(project=project, spans=[
@@ -219,6 +315,7 @@ def _trace_update_apply(*, project: Project, update: TraceUpdate) -> None:
 
 
 def _span_update_apply(*, project: Project, update: SpanUpdate) -> None:
+    repair_fields(update.fields)
     if update.trace_id is None:
         span = Span.objects.filter(project=project, span_id=update.span_id).select_related("trace").first()
         if span is None:

@@ -212,14 +212,19 @@ def test_resource_context_and_clear_attributes():
 
 
 def test_out_of_range_times_do_not_break_the_batch():
-    spans = _decode(
+    # Issue 24: a start that means nothing is set to a valid end (recorded) or, without one, rejects only its span.
+    doc = {"resourceSpans": [{"scopeSpans": [{"scope": {"name": "s"}, "spans": [
         _span(startTimeUnixNano="99999999999999999999999", endTimeUnixNano="1700000000000000000",
               events=[{"timeUnixNano": "-5", "name": "e"}]),
         _span(spanId="eee19b7ec3c1b175", startTimeUnixNano={"low": 0, "high": -2147483648}),
-    )
+    ]}]}]}
+    batch = decode_export_request(body=json.dumps(doc).encode(), content_type="application/json")
+    spans = batch.spans
     assert spans[0].start_time == spans[0].end_time
+    assert spans[0].metadata["clear.repairs"][0]["field"] == "start_time"
     assert spans[0].events[0]["time"] is None
-    assert spans[1].start_time.tzinfo is not None
+    assert [index for index, _ in batch.rejected] == [1]
+    assert "negative" in batch.rejected[0][1]
 
 
 def test_memoryview_and_bytearray_bodies():
