@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from evolution.models import Artifact, AuditEvent, Iteration, StageRun, TaskSpec, TrialRun
+from evolution.models import Artifact, AuditEvent, EvolutionJob, Iteration, StageRun, TaskSpec, TrialRun
 from evolution.services import evolution_job_consent, evolution_job_start, job_transition
 from evolution.services.stages import stage_execute
 from evolution.services.workspace import artifact_read, job_paths
@@ -73,6 +73,35 @@ def test_a_stage_that_moves_the_job_is_closed_in_the_same_commit(project, owner,
     assert job.state == "AWAITING_CONSENT", (job.terminal_reason, job.error)
     assert [(state, running) for state, running in running_at_commit if running] == []
     assert running_at_commit[-1] == ("AWAITING_CONSENT", [])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_verdict_lands_with_the_move_out_of_verdict(project, owner, router_target, refund_insight, tmp_path,
+                                                      monkeypatch):
+    """The job page never shows a decision while the job still says VERDICT: the verdict row and the move are one
+    commit (a fresh-clone CI run saw PROMOTE_ELIGIBLE under 'VERDICT scoring the trials')."""
+    from django.db import transaction
+
+    from evolution.models import Verdict
+    from evolution.services import stages_eval
+
+    state_when_verdict_landed = []
+    real_update_or_create = Verdict.objects.update_or_create
+
+    def verdict_and_look_after_commit(**kwargs):
+        row, created = real_update_or_create(**kwargs)
+        transaction.on_commit(lambda: state_when_verdict_landed.append(
+            EvolutionJob.objects.get(pk=row.iteration.job_id).state))
+        return row, created
+
+    monkeypatch.setattr(stages_eval.Verdict.objects, "update_or_create", verdict_and_look_after_commit)
+    script = script_write(tmp_path / "script.json", happy_entries(replace_edit(FIXED_BRANCH)))
+    job = evolution_job_start(project=project, target=router_target, insight=refund_insight, backend_name="scripted",
+                              backend_config={"script_path": str(script)}, created_by=owner,
+                              policy_overrides={"trials": 1})
+    job.refresh_from_db()
+    assert job.state == "AWAITING_CONSENT", (job.terminal_reason, job.error)
+    assert state_when_verdict_landed == ["AWAITING_CONSENT"]
 
 
 def test_happy_path_to_a_pull_request_branch(run_job, owner, router_remote, django_capture_on_commit_callbacks):
