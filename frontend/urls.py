@@ -76,6 +76,7 @@ urlpatterns = [
          name="rubric-delete"),
     path("p/<slug:slug>/settings/judge/", views_settings.judge_model, name="judge-model"),
     path("p/<slug:slug>/settings/audit-log/", views_settings.audit_log, name="audit-log"),
+    path("p/<slug:slug>/settings/ingestion-health/", views_settings.ingestion_health, name="ingestion-health"),
     path("p/<slug:slug>/settings/issue-tracker/", views_tracker.issue_tracker, name="issue-tracker"),
     path("p/<slug:slug>/settings/issue-tracker/disconnect/", views_tracker.issue_tracker_remove,
          name="issue-tracker-disconnect"),

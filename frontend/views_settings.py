@@ -1,5 +1,6 @@
 """Settings: rubrics (written through the rubric services, whose errors are shown as they are), the judge
-model configuration (read-only: it comes from the server's environment) and the audit log (owners only)."""
+model configuration (read-only: it comes from the server's environment), the ingestion health (spans repaired or
+rejected per reason) and the audit log (owners only)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from frontend.forms import RubricForm
 from frontend.pagination import keyset_page
 from frontend.views import project_for
 from traces.selectors import span_node_list
+from traces.selectors.ingest_issues import ingest_issue_summary
 
 RUBRIC_EXAMPLES = {
     "regex": {"pattern": "sorry, I can't", "ignore_case": True, "expect": "absent", "field": "output",
@@ -159,3 +161,17 @@ def audit_log(request: HttpRequest, slug: str) -> HttpResponse:
                        limit=AUDIT_PAGE_SIZE)
     context = {"project": project, "nav": "settings", "settings_tab": "audit-log", "page": page}
     return render(request, "frontend/audit_log.html", context)
+
+
+INGEST_HEALTH_DAYS = 14
+
+
+@login_required
+def ingestion_health(request: HttpRequest, slug: str) -> HttpResponse:
+    """Any member sees it: broken instrumentation is the team's problem, not only the owners'."""
+    project = project_for(request, slug)  # outsiders: 404
+    rows = ingest_issue_summary(project=project, days=INGEST_HEALTH_DAYS)
+    context = {"project": project, "nav": "settings", "settings_tab": "ingestion-health", "days": INGEST_HEALTH_DAYS,
+               "repaired": [r for r in rows if r.kind == "repaired"],
+               "rejected": [r for r in rows if r.kind == "rejected"]}
+    return render(request, "frontend/ingestion_health.html", context)

@@ -6,6 +6,7 @@ in the request's content type; Langfuse: 207 multi-status), not the /api/v1/ err
 import json
 import logging
 import uuid
+from collections import Counter
 
 from django.conf import settings
 from django.db.models.functions import Coalesce
@@ -33,6 +34,7 @@ from traces.normalize.repair import langfuse_repair_errors
 from traces.receivers import IngestError, InFlightLimit, UnsupportedMediaType, authenticate, read_body
 from traces.selectors import TraceFilter, span_list_for_trace, trace_get, trace_list_filtered
 from traces.services import langfuse_batch_ingest, spans_ingest
+from traces.services.ingest_issues import INVALID_LANGFUSE_EVENT, ingest_issues_count, rejection_reason
 from traces.services.lifecycle import trace_delete, trace_outcome_set
 
 logger = logging.getLogger(__name__)
@@ -86,6 +88,9 @@ def otlp_traces(request: HttpRequest) -> HttpResponse:
             except OtlpDecodeError as exc:
                 raise IngestError(exc.message, code=exc.kind) from None
             result = spans_ingest(project=project, spans=batch.spans)
+            if batch.rejected:
+                ingest_issues_count(project=project,
+                                    rejected=Counter(rejection_reason(why) for _index, why in batch.rejected))
     except ClearError as exc:
         return _otlp_response(kind, exc.status_code, exc.message, retry_after=_retry_after(exc))
     response = trace_service_pb2.ExportTraceServiceResponse()
@@ -133,6 +138,8 @@ def langfuse_ingestion(request: HttpRequest) -> HttpResponse:
             except LangfuseBatchError as exc:
                 raise IngestError(str(exc), code="invalid_batch") from None
             result = langfuse_batch_ingest(project=project, batch=batch)
+            if batch.errors:
+                ingest_issues_count(project=project, rejected=Counter({INVALID_LANGFUSE_EVENT: len(batch.errors)}))
     except ClearError as exc:
         return _langfuse_error(exc.status_code, exc.message, exc.code, retry_after=_retry_after(exc))
     body = batch.response_body()

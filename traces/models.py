@@ -21,6 +21,9 @@ class Trace(models.Model):
     status = models.CharField(max_length=10, default="unset")
     span_count = models.PositiveIntegerField(default=0)
     error_count = models.PositiveIntegerField(default=0)
+    # Spans stored with repairs (metadata clear.repairs), counted at ingestion so the list shows a badge without
+    # reading span metadata.
+    repaired_spans = models.PositiveIntegerField(default=0)
     input_tokens = models.BigIntegerField(default=0)
     output_tokens = models.BigIntegerField(default=0)
     cost = models.FloatField(null=True, blank=True)
@@ -145,4 +148,24 @@ class Score(models.Model):
             models.UniqueConstraint(
                 fields=["project", "external_id"], condition=~models.Q(external_id=""), name="score_unique_external_id"
             )
+        ]
+
+
+class IngestIssueCount(models.Model):
+    """Spans repaired or rejected per project, day (UTC) and reason: rejected spans are not stored, so Settings'
+    ingestion health can only count them here."""
+
+    class Kind(models.TextChoices):
+        REPAIRED = "repaired", "Repaired"
+        REJECTED = "rejected", "Rejected"
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    day = models.DateField()
+    kind = models.CharField(max_length=10, choices=Kind.choices)
+    reason = models.CharField(max_length=100)
+    count = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["project", "day", "kind", "reason"], name="ingest_issue_unique_day"),
         ]

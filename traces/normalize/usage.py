@@ -10,6 +10,15 @@ from typing import Any
 
 from .values import decode_jsonish, to_float, to_int
 
+# A token count past 2^53 is no count a model produced (and past 2^63 it would not fit the bigint columns): read as
+# absent, like any other value that is not a count.
+MAX_TOKENS = 2**53
+
+
+def _tokens(value) -> int | None:
+    n = to_int(value)
+    return n if n is not None and 0 <= n <= MAX_TOKENS else None
+
 _IN_KEYS = ("input_tokens", "prompt_tokens", "promptTokens", "inputTokens", "input", "prompt")
 _OUT_KEYS = ("output_tokens", "completion_tokens", "completionTokens", "outputTokens", "output", "completion")
 _CACHED_KEYS = (
@@ -51,30 +60,30 @@ def usage_from_mapping(d: dict) -> tuple[int | None, int | None, int | None]:
     inp = out = cached = None
     for key in _IN_KEYS:
         if key in d:
-            inp = to_int(d[key])
+            inp = _tokens(d[key])
             if inp is not None:
                 if key == "input":
-                    extra = [to_int(d.get(b)) for b in _LF_INPUT_BUCKETS]
+                    extra = [_tokens(d.get(b)) for b in _LF_INPUT_BUCKETS]
                     inp += sum(x for x in extra if x)
                 break
     for key in _OUT_KEYS:
         if key in d:
-            out = to_int(d[key])
+            out = _tokens(d[key])
             if out is not None:
                 if key == "output":
-                    extra = [to_int(d.get(b)) for b in _LF_OUTPUT_BUCKETS]
+                    extra = [_tokens(d.get(b)) for b in _LF_OUTPUT_BUCKETS]
                     out += sum(x for x in extra if x)
                 break
     for key in _CACHED_KEYS:
         if key in d:
-            cached = to_int(d[key])
+            cached = _tokens(d[key])
             if cached is not None:
                 break
     if cached is None:
         for key in ("prompt_tokens_details", "input_tokens_details", "promptTokensDetails", "inputTokensDetails"):
             details = d.get(key)
             if isinstance(details, dict):
-                cached = to_int(details.get("cached_tokens", details.get("cachedTokens")))
+                cached = _tokens(details.get("cached_tokens", details.get("cachedTokens")))
                 if cached is not None:
                     break
     return inp, out, cached
@@ -85,13 +94,13 @@ def reasoning_from_mapping(d: dict) -> int | None:
     `output_reasoning`) or OpenAI `completion_tokens_details` / `output_tokens_details.reasoning_tokens`."""
     for key in (*_REASONING_KEYS, "output_reasoning", "output_reasoning_tokens"):
         if key in d:
-            n = to_int(d[key])
+            n = _tokens(d[key])
             if n is not None:
                 return n
     for key in _REASONING_DETAILS:
         details = d.get(key)
         if isinstance(details, dict):
-            n = to_int(details.get("reasoning_tokens", details.get("reasoningTokens")))
+            n = _tokens(details.get("reasoning_tokens", details.get("reasoningTokens")))
             if n is not None:
                 return n
     return None
@@ -133,7 +142,7 @@ def _first_int(a: dict, keys: tuple[str, ...]) -> int | None:
     for key in keys:
         value = a.get(key)
         if value is not None:
-            n = to_int(value)
+            n = _tokens(value)
             if n is not None:
                 return n
     return None

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, fields as dataclass_fields
 
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from clear.outbox.services import outbox_publish_keys
@@ -21,6 +22,7 @@ from traces.normalize.nodes import fallback_node
 from traces.normalize.repair import repair_fields, repair_record
 from traces.pricing import span_cost_estimate
 from traces.services.bulk import COLUMN_NAMES, SpanRow, spans_insert
+from traces.services.ingest_issues import ingest_issues_count, repair_reasons
 from traces.services.trace_rows import stored_spans_find, traces_context_save, traces_upsert
 
 _SPAN_COLUMNS = (
@@ -238,6 +240,9 @@ def spans_ingest(*, project: Project, spans: list[SpanRecord], provided_fields: 
             result.resends_updated = _resends_merge(traces=traces, records=resent, inferred=inferred)
         created = spans_insert(rows)  # COPY on Postgres, bulk_create(ignore_conflicts=True) elsewhere
         result.spans_created = len(created)
+        if result.repaired:
+            _repaired_spans_count(traces=traces, existing=existing, repaired=result.repaired)
+            ingest_issues_count(project=project, repaired=repair_reasons(result.repaired))
         contexts = []
         for record in spans:
             if record.is_root:
@@ -249,6 +254,21 @@ def spans_ingest(*, project: Project, spans: list[SpanRecord], provided_fields: 
     if result.repaired or result.duplicates or result.resends_updated:
         logger.info("spans_ingest: project %s: %s", project.pk, result.summary())
     return result
+
+
+def _repaired_spans_count(*, traces: dict[str, Trace], existing: set, repaired: list) -> None:
+    """Add the newly stored repaired spans to their traces' repaired_spans (a resend was counted the first time);
+    one UPDATE per distinct count, so a batch of one trace costs one query."""
+    per_trace: dict[int, int] = {}
+    for record, _repairs in repaired:
+        if (record.trace_id, record.span_id) not in existing:
+            pk = traces[record.trace_id].pk
+            per_trace[pk] = per_trace.get(pk, 0) + 1
+    by_count: dict[int, list[int]] = {}
+    for pk, count in per_trace.items():
+        by_count.setdefault(count, []).append(pk)
+    for count, pks in by_count.items():
+        Trace.objects.filter(pk__in=pks).update(repaired_spans=F("repaired_spans") + count)
 
 
 def _cost_estimate(record: SpanRecord) -> None:
