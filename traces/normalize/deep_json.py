@@ -22,6 +22,20 @@ class TooDeep(ValueError):
     """The body is nested too deep even where no value can be kept as text."""
 
 
+def _string_close(text: str, *, start: int) -> int:
+    """The index of the quote that closes the string opening at `start` (len(text) when it never closes)."""
+    i, n = start + 1, len(text)
+    while i < n:
+        c = text[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == '"':
+            return i
+        i += 1
+    return n
+
+
 def _end_of_value(text: str, *, start: int) -> int:
     """The index just past the object or array that opens at `start` (strings skipped, escapes honoured)."""
     depth = 0
@@ -29,15 +43,7 @@ def _end_of_value(text: str, *, start: int) -> int:
     while i < n:
         ch = text[i]
         if ch == '"':
-            i += 1
-            while i < n:
-                c = text[i]
-                if c == "\\":
-                    i += 2
-                    continue
-                if c == '"':
-                    break
-                i += 1
+            i = _string_close(text, start=i)
         elif ch in "[{":
             depth += 1
         elif ch in "]}":
@@ -55,15 +61,7 @@ def _flatten(text: str, *, limit: int) -> tuple[str, int]:
     while i < n:
         ch = text[i]
         if ch == '"':
-            i += 1
-            while i < n:
-                c = text[i]
-                if c == "\\":
-                    i += 2
-                    continue
-                if c == '"':
-                    break
-                i += 1
+            i = _string_close(text, start=i)
         elif ch in "[{":
             if depth >= limit:
                 end = _end_of_value(text, start=i)
