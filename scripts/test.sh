@@ -46,7 +46,10 @@ SQLITE_TESTS=(tests/frontend tests/api tests/tickets tests/foundation/test_pages
               tests/foundation/test_api_keys.py tests/traces/test_ingest_otlp.py tests/traces/test_ingest_langfuse.py
               tests/traces/test_ingest_bad_input.py tests/traces/test_ingest_outbox.py tests/traces/test_import_traces.py
               tests/diagnosis/test_apis.py tests/diagnosis/test_diagnose_command.py tests/evolution/test_api.py
-              tests/evolution/test_commands.py)
+              tests/evolution/test_commands.py tests/traces/test_ingest_messy_input.py
+              tests/traces/test_ingest_messy_scores.py tests/traces/test_ingest_health.py
+              tests/traces/test_ingest_rejected_badge.py tests/traces/test_ingest_fuzz.py
+              tests/traces/test_changed_since_judged.py)
 # The two acceptance walks of evolution (issues 11 and 19: a real worker, trials and a hot swap, ~40 s each) run on
 # Postgres only; on SQLite the job pages are walked by the PR-mode browser test, the page tests and the demo walk.
 SQLITE_SKIP=(--deselect "tests/frontend/test_evolution_pages.py::test_issue_11_acceptance_evolve_hot_swap_and_the_next_release_fixes_the_insight"

@@ -34,7 +34,7 @@ from traces.normalize.repair import langfuse_repair_errors
 from traces.receivers import IngestError, InFlightLimit, UnsupportedMediaType, authenticate, read_body
 from traces.selectors import TraceFilter, span_list_for_trace, trace_get, trace_list_filtered
 from traces.services import langfuse_batch_ingest, spans_ingest
-from traces.services.ingest_issues import INVALID_LANGFUSE_EVENT, ingest_issues_count, rejection_reason
+from traces.services.ingest_issues import ingest_issues_count
 from traces.services.lifecycle import trace_delete, trace_outcome_set
 
 logger = logging.getLogger(__name__)
@@ -87,17 +87,16 @@ def otlp_traces(request: HttpRequest) -> HttpResponse:
                 batch = decode_export_request(body=body, content_type=request.content_type)
             except OtlpDecodeError as exc:
                 raise IngestError(exc.message, code=exc.kind) from None
-            result = spans_ingest(project=project, spans=batch.spans)
+            result = spans_ingest(project=project, spans=batch.spans, rejected=batch.rejected)
             if batch.rejected:
-                ingest_issues_count(project=project,
-                                    rejected=Counter(rejection_reason(why) for _index, why in batch.rejected))
+                ingest_issues_count(project=project, rejected=Counter(r.reason for r in batch.rejected))
     except ClearError as exc:
         return _otlp_response(kind, exc.status_code, exc.message, retry_after=_retry_after(exc))
     response = trace_service_pb2.ExportTraceServiceResponse()
     messages = []
     if batch.rejected:
         response.partial_success.rejected_spans = len(batch.rejected)
-        reasons = "; ".join(f"span #{index}: {reason}" for index, reason in batch.rejected[:20])
+        reasons = "; ".join(f"span #{r.index}: {r.message}" for r in batch.rejected[:20])
         more = f" (and {len(batch.rejected) - 20} more)" if len(batch.rejected) > 20 else ""
         messages.append(
             f"{len(batch.rejected)} of {len(batch.rejected) + len(batch.spans)} spans rejected: {reasons}{more}"
@@ -138,8 +137,8 @@ def langfuse_ingestion(request: HttpRequest) -> HttpResponse:
             except LangfuseBatchError as exc:
                 raise IngestError(str(exc), code="invalid_batch") from None
             result = langfuse_batch_ingest(project=project, batch=batch)
-            if batch.errors:
-                ingest_issues_count(project=project, rejected=Counter({INVALID_LANGFUSE_EVENT: len(batch.errors)}))
+            if batch.rejected:
+                ingest_issues_count(project=project, rejected=Counter(r.reason for r in batch.rejected))
     except ClearError as exc:
         return _langfuse_error(exc.status_code, exc.message, exc.code, retry_after=_retry_after(exc))
     body = batch.response_body()
@@ -157,7 +156,9 @@ def langfuse_scores(request: HttpRequest) -> HttpResponse:
             if content_kind(request.content_type or "") != "json":
                 raise UnsupportedMediaType("The Langfuse scores API takes application/json.")
             try:
-                payload = json.loads(read_body(request))
+                payload = loads_bounded(read_body(request))
+            except TooDeep as exc:
+                raise IngestError(str(exc), code="invalid_json") from None
             except (json.JSONDecodeError, UnicodeDecodeError) as exc:
                 raise IngestError(f"The body is not valid JSON: {exc}.", code="invalid_json") from None
             single = isinstance(payload, dict)
@@ -224,6 +225,11 @@ class TraceOutputSerializer(serializers.Serializer):
     tags = serializers.ListField(child=serializers.CharField())
     first_received_at = serializers.DateTimeField()
     finalized_at = serializers.DateTimeField(allow_null=True)
+    repaired_spans = serializers.IntegerField(help_text="Spans stored with repairs (see each span's repairs).")
+    rejected_spans = serializers.IntegerField(help_text="Spans of this trace refused at ingestion, so missing from it.")
+    judged_at = serializers.DateTimeField(allow_null=True, help_text="when diagnosis last started judging the trace")
+    changed_since_judged = serializers.BooleanField(
+        help_text="a resend or a late span changed the trace after it was judged: the next run judges it again")
 
 
 def _capped(value) -> tuple[object, bool]:

@@ -24,6 +24,13 @@ class Trace(models.Model):
     # Spans stored with repairs (metadata clear.repairs), counted at ingestion so the list shows a badge without
     # reading span metadata.
     repaired_spans = models.PositiveIntegerField(default=0)
+    # Spans of this trace refused at ingestion (their ids were usable, something else was not): the trace is shown
+    # with a "N spans rejected" badge, since what it shows is incomplete.
+    rejected_spans = models.PositiveIntegerField(default=0)
+    # When diagnosis last started judging this trace, and when a resend last changed a stored span's content;
+    # content_changed_at > judged_at is "changed since judged": the next run, continuous mode included, judges it again.
+    judged_at = models.DateTimeField(null=True, blank=True)
+    content_changed_at = models.DateTimeField(null=True, blank=True)
     input_tokens = models.BigIntegerField(default=0)
     output_tokens = models.BigIntegerField(default=0)
     cost = models.FloatField(null=True, blank=True)
@@ -58,6 +65,10 @@ class Trace(models.Model):
 
     def __str__(self) -> str:
         return self.trace_id
+
+    @property
+    def changed_since_judged(self) -> bool:
+        return bool(self.judged_at and self.content_changed_at and self.content_changed_at > self.judged_at)
 
 
 class Span(models.Model):

@@ -4,7 +4,12 @@ A trace is complete when its root span has ended and no span arrived for CLEAR_T
 claims complete, unclaimed traces by inserting a ContinuousMark per trace (unique on the trace, so concurrent beats
 split the traces and never share one), and adds them to the project's continuous run of the day (UTC): one
 DiagnosisRun per project and day, which stays running and grows; the first beat of the next day closes it once its
-traces are done. Spans arriving after a trace was judged do not make it judged again.
+traces are done.
+
+A trace whose content changed after it was judged (a resend that changed a span, a late span: Trace.content_changed_at
+after judged_at, "changed since judged") is claimed again once it is quiet: its mark moves to today's run (a
+conditional update on the mark, so one beat wins), and it is judged again there; judged earlier today, its item is
+reset and its feedback in that run replaced (feedback a person corrected is kept).
 """
 
 from __future__ import annotations
@@ -15,11 +20,11 @@ from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
 
 from django.db import IntegrityError, transaction
-from django.db.models import Exists, F, OuterRef
+from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
 from diagnosis import conf
-from diagnosis.models import ContinuousMark, DiagnosisRun, RunTrace
+from diagnosis.models import ContinuousMark, DiagnosisRun, Feedback, RunTrace
 from diagnosis.services.runs import (
     run_items_execute,
     node_stats_from_rows,
@@ -39,9 +44,13 @@ def complete_traces(*, now: datetime):
     quiet_before = now - timedelta(seconds=conf.trace_quiet_seconds())
     received_after = now - timedelta(hours=conf.continuous_lookback_hours())
     root_ended = Span.objects.filter(trace=OuterRef("pk"), span_id=OuterRef("root_span_id"), end_time__isnull=False)
+    unclaimed = ~Exists(ContinuousMark.objects.filter(trace=OuterRef("pk")))
+    # Changed since judged, after its last claim, and not being judged now (its judging would not see the change).
+    changed = (Q(content_changed_at__gt=F("judged_at"))
+               & Exists(ContinuousMark.objects.filter(trace=OuterRef("pk"), claimed_at__lt=OuterRef("content_changed_at")))
+               & ~Exists(RunTrace.objects.filter(trace=OuterRef("pk"), status__in=RunTrace.OPEN)))
     return (Trace.objects.filter(last_received_at__lte=quiet_before, last_received_at__gte=received_after)
-            .exclude(root_span_id="").filter(Exists(root_ended))
-            .exclude(Exists(ContinuousMark.objects.filter(trace=OuterRef("pk")))))
+            .exclude(root_span_id="").filter(Exists(root_ended)).filter(unclaimed | changed))
 
 
 def continuous_run_get(*, project_id, now: datetime) -> DiagnosisRun:
@@ -94,9 +103,10 @@ def continuous_tick(*, now: datetime | None = None) -> int:
         with transaction.atomic():
             ContinuousMark.objects.bulk_create([ContinuousMark(trace_id=pk, run=run, claim=claim) for pk in pks],
                                                ignore_conflicts=True)
+            ContinuousMark.objects.filter(trace_id__in=pks, claimed_at__lt=F("trace__content_changed_at")).update(
+                claim=claim, run=run, claimed_at=timezone.now())
             mine = list(ContinuousMark.objects.filter(claim=claim).values_list("trace_id", flat=True))
-            RunTrace.objects.bulk_create([RunTrace(run=run, trace_id=pk) for pk in mine], ignore_conflicts=True)
-            DiagnosisRun.objects.filter(pk=run.pk).update(total_count=F("total_count") + len(mine))
+            _items_add(run=run, trace_pks=mine)
         if not mine:
             continue
         claimed_total += len(mine)
@@ -109,6 +119,25 @@ def continuous_tick(*, now: datetime | None = None) -> int:
             diagnosis_run_dispatch(run_id=run.pk)
     _close_past_days(now=now)
     return claimed_total
+
+
+def _items_add(*, run: DiagnosisRun, trace_pks: list[int]) -> int:
+    """Put the claimed traces into the run: new items, or, for a trace judged earlier in this same run, its item
+    reset and its feedback there dropped so that it is judged afresh. Returns how many items are new."""
+    finished = dict(RunTrace.objects.filter(run=run, trace_id__in=trace_pks).exclude(status__in=RunTrace.OPEN)
+                    .values_list("trace_id", "status"))
+    RunTrace.objects.bulk_create([RunTrace(run=run, trace_id=pk) for pk in trace_pks], ignore_conflicts=True)
+    if finished:
+        RunTrace.objects.filter(run=run, trace_id__in=finished).exclude(status__in=RunTrace.OPEN).update(
+            status=RunTrace.Status.PENDING, dispatched_at=None, started_at=None, finished_at=None)
+        Feedback.objects.filter(run=run, trace_id__in=finished, correction__isnull=True).delete()
+        statuses = list(finished.values())
+        DiagnosisRun.objects.filter(pk=run.pk).update(
+            done_count=F("done_count") - statuses.count(RunTrace.Status.DONE),
+            skipped_count=F("skipped_count") - statuses.count(RunTrace.Status.SKIPPED))
+    new = len(trace_pks) - len(finished)
+    DiagnosisRun.objects.filter(pk=run.pk).update(total_count=F("total_count") + new)
+    return new
 
 
 def _close_past_days(*, now: datetime) -> None:

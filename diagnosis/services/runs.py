@@ -33,6 +33,7 @@ from diagnosis.services.contrastive import contrastive_run_judge_safely
 from diagnosis.services.run_start import diagnosis_run_start, judges_resolve, run_start_send, trace_sampled
 from diagnosis.services.trace_view import trace_view_build
 from traces.models import Span
+from traces.services.lifecycle import trace_judged_mark
 
 logger = logging.getLogger(__name__)
 
@@ -219,11 +220,14 @@ def _item_skip(item_id: int, run_id) -> None:
 def run_trace_process(*, item_id: int, dispatch_next: bool = True) -> None:
     """Judge one trace of a run. Safe to run twice (redelivery): Feedback is get-or-create on its unique key and
     only the first completion counts towards progress and spend."""
+    started = timezone.now()
     claimed = RunTrace.objects.filter(pk=item_id, status__in=RunTrace.IN_FLIGHT).update(
-        status=ItemStatus.RUNNING, started_at=timezone.now(), attempts=F("attempts") + 1)
+        status=ItemStatus.RUNNING, started_at=started, attempts=F("attempts") + 1)
     if not claimed:
         return  # done or skipped already: a redelivered copy
     item = RunTrace.objects.select_related("trace").get(pk=item_id)
+    # Before the spans are read: a resend that lands while the judges work leaves the trace "changed since judged".
+    trace_judged_mark(trace_pk=item.trace_id, at=started)
     run = DiagnosisRun.objects.get(pk=item.run_id)
 
     def still_running() -> DiagnosisRun | None:
@@ -276,7 +280,7 @@ def run_trace_fail(*, item_id: int, error: str, dispatch_next: bool = True) -> N
         skipped = RunTrace.objects.filter(pk=item_id, status__in=RunTrace.OPEN).update(
             status=ItemStatus.SKIPPED, finished_at=timezone.now())
         if skipped:
-            entry = {"trace_id": item.trace.trace_id, "judge": "", "error": error[:500]}
+            entry = {"trace_id": item.trace.trace_id, "judge": "", "error": error[:500], "cause": "task_failed"}
             DiagnosisRun.objects.filter(pk=run.pk).update(
                 skipped_count=F("skipped_count") + 1, error_count=F("error_count") + 1,
                 errors=(run.errors + [entry])[:100])

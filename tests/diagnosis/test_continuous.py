@@ -91,3 +91,56 @@ def test_concurrent_beats_claim_each_trace_once(project, quiet):
     assert (run.total_count, run.done_count) == (6, 6)
     keys = list(Feedback.objects.values_list("trace_id", "judge", "target_span_id"))
     assert len(keys) == len(set(keys))
+
+
+def _resend(*, project, trace: Trace, span: Span, **changes) -> None:
+    from traces.normalize import SpanRecord
+    from traces.services import spans_ingest
+
+    fields = dict(parent_span_id=span.parent_span_id or None, name=span.name, kind=span.kind,
+                  start_time=span.start_time, end_time=span.end_time, status=span.status, output=span.output,
+                  node=span.node or None, agent_name=span.agent_name or None, tool_name=span.tool_name or None,
+                  attributes=span.attributes)
+    spans_ingest(project=project, spans=[SpanRecord(trace_id=trace.trace_id, span_id=span.span_id,
+                                                    **{**fields, **changes})])
+
+
+@pytest.mark.django_db
+def test_a_trace_changed_since_judged_is_judged_again(project, quiet):
+    support_desk_ingest(project=project, bugs="all", task_ids=["compare-two-invoices", "refund-status"])
+    now = timezone.now()
+    assert continuous_tick(now=now + timedelta(seconds=31)) == 2
+    run = DiagnosisRun.objects.get(project=project, continuous=True)
+    trace = Trace.objects.get(project=project, task_id="refund-status")
+    assert trace.judged_at and not trace.changed_since_judged
+    before = set(Feedback.objects.filter(run=run, trace=trace).values_list("pk", flat=True))
+    assert before
+
+    # An identical resend (an exporter's retry) changes nothing and marks nothing.
+    span = Span.objects.filter(trace=trace).exclude(span_id=trace.root_span_id).order_by("start_time").first()
+    _resend(project=project, trace=trace, span=span)
+    trace.refresh_from_db()
+    assert not trace.changed_since_judged and trace.content_changed_at is None
+    assert continuous_tick(now=now + timedelta(seconds=62)) == 0
+
+    # A resend with different content marks the trace; the next beat judges it again in the day's run.
+    _resend(project=project, trace=trace, span=span, status="error", status_message="upstream timeout")
+    trace.refresh_from_db()
+    assert trace.changed_since_judged
+    assert continuous_tick(now=now + timedelta(seconds=93)) == 1
+    trace.refresh_from_db()
+    assert not trace.changed_since_judged
+    run.refresh_from_db()
+    assert (run.total_count, run.done_count) == (2, 2)
+    assert RunTrace.objects.get(run=run, trace=trace).status == "done"
+    after = set(Feedback.objects.filter(run=run, trace=trace).values_list("pk", flat=True))
+    assert after and not (after & before)  # judged afresh, not the old rows kept
+    assert continuous_tick(now=now + timedelta(seconds=124)) == 0  # once per change
+
+    # A late span in a judged trace counts as a change too.
+    _resend(project=project, trace=trace, span=Span(span_id="00000000000000aa", parent_span_id=trace.root_span_id,
+                                                    name="late", kind="TOOL", start_time=span.start_time,
+                                                    end_time=span.end_time, status="ok"))
+    trace.refresh_from_db()
+    assert trace.changed_since_judged and trace.span_count >= 0
+    assert continuous_tick(now=now + timedelta(seconds=155)) == 1

@@ -10,8 +10,10 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+
 from traces.models import IngestIssueCount, Trace
-from traces.services.ingest_issues import rejection_reason
+from traces.normalize import decode_export_request
 
 pytestmark = pytest.mark.django_db
 
@@ -105,13 +107,18 @@ def test_a_clean_batch_writes_no_counter_and_no_extra_query(project, issued_key)
     assert len(messy.captured_queries) <= len(clean.captured_queries) + 2
 
 
-@pytest.mark.parametrize("message, reason", [
-    ("span 2 ('bad clock'): startTimeUnixNano 'abc' is not a number", "invalid_timestamp"),
-    ("span 0 ('x'): traceId is all zeros", "invalid_trace_id"),
-    ("span 1 ('x'): spanId is missing", "invalid_span_id"),
-    ("span 1 ('x'): parentSpanId has 3 bytes, expected 8", "invalid_parent_span_id"),
-    ("span 4: cannot be decoded (Error parsing message)", "undecodable_span"),
-    ("span 5 ('x'): something new", "unreadable_span"),
-], ids=["time", "trace-id", "span-id", "parent", "protobuf", "other"])
-def test_rejection_messages_are_counted_under_their_reason(message, reason):
-    assert rejection_reason(message) == reason
+@pytest.mark.parametrize("span, reason, message", [
+    ({"start_time_unix_nano": 2**63 + 1}, "invalid_timestamp",
+     "startTimeUnixNano '9223372036854775809' is out of range"),
+    ({"trace_id": bytes(16)}, "invalid_trace_id", "traceId is all zeros"),
+    ({"span_id": b""}, "invalid_span_id", "spanId is missing"),
+    ({"parent_span_id": b"\x03" * 3}, "invalid_parent_span_id", "parentSpanId has 3 bytes, expected 8"),
+], ids=["time", "trace-id", "span-id", "parent"])
+def test_protobuf_rejections_are_counted_under_their_reason(span, reason, message):
+    # The reason is set where the decoder refuses the span; the message is for the exporter and stays as it was.
+    request = trace_service_pb2.ExportTraceServiceRequest()
+    request.resource_spans.add().scope_spans.add().spans.add(
+        **{"trace_id": bytes.fromhex(TRACE), "span_id": b"\x02" * 8, "name": "x", **span})
+    [rejection] = decode_export_request(body=request.SerializeToString(),
+                                        content_type="application/x-protobuf").rejected
+    assert (rejection.reason, rejection.message) == (reason, f"span 0 ('x'): {message}")

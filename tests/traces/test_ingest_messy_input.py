@@ -250,6 +250,55 @@ def test_protobuf_deep_attribute_only_affects_its_span(issued_key):
     assert "nested deeper" in Span.objects.get(span_id=BAD).attributes["deep"]
 
 
+def _deep_pb_value() -> bytes:
+    value = _field(1, b"bottom")  # AnyValue.string_value
+    for _ in range(DEEP // 10):  # upb refuses anything past 100 levels: 1,000 is as bad as 10,000
+        value = _field(6, _field(1, _field(1, b"k") + _field(2, value)))  # kvlist_value{values: [KeyValue{k, v}]}
+    return value
+
+
+@pytest.mark.parametrize("where", ["resource", "scope"])
+def test_protobuf_deep_resource_or_scope_attribute_only_affects_its_spans(issued_key, where):
+    request = trace_service_pb2.ExportTraceServiceRequest.FromString(_pb_request())
+    good, bad = (span.SerializeToString() for span in request.resource_spans[0].scope_spans[0].spans)
+    deep = _field(1, b"deep") + _field(2, _deep_pb_value())  # KeyValue
+    plain = _field(1, b"service.name") + _field(2, _field(1, b"svc"))
+    if where == "resource":  # Resource.attributes (1)
+        resource, scope = _field(1, plain) + _field(1, deep), _field(1, b"app")
+    else:  # InstrumentationScope.attributes (3)
+        resource, scope = _field(1, plain), _field(1, b"app") + _field(3, deep)
+    deep_resource = _field(1, resource) + _field(2, _field(1, scope) + _field(2, bad))  # ResourceSpans
+    clean_resource = _field(2, _field(1, _field(1, b"app")) + _field(2, good))
+    body = _field(1, clean_resource) + _field(1, deep_resource)
+    rejected, message = _partial(_post(issued_key, body, "application/x-protobuf"))
+    assert rejected == 0 and f"{where} nested too deep" in message
+    spans = _api_spans(issued_key)
+    assert spans[GOOD]["name"] == "good" and not spans[GOOD]["repairs"]
+    assert {"field": where, "reason": "nested_too_deep"} in [
+        {"field": r["field"], "reason": r["reason"]} for r in spans[BAD]["repairs"]]
+    from traces.models import Span
+
+    stored = Span.objects.get(span_id=BAD)
+    assert stored.resource["service.name"] == "svc"
+    if where == "resource":
+        assert "nested deeper" in stored.resource["deep"]
+
+
+def test_protobuf_resource_attribute_that_is_not_utf8_is_replaced_on_its_spans(issued_key):
+    request = trace_service_pb2.ExportTraceServiceRequest.FromString(_pb_request())
+    scope = _field(1, _field(1, b"app")) + b"".join(
+        _field(2, span.SerializeToString()) for span in request.resource_spans[0].scope_spans[0].spans)
+    bad = _field(1, b"host.name") + _field(2, _field(1, b"\xff\xfe"))  # AnyValue.string_value must be UTF-8
+    body = _field(1, _field(1, _field(1, bad)) + _field(2, scope))
+    rejected, message = _partial(_post(issued_key, body, "application/x-protobuf"))
+    assert rejected == 0 and "resource undecodable value" in message
+    spans = _api_spans(issued_key)
+    assert {r["reason"] for r in spans[GOOD]["repairs"]} == {"undecodable_value"}
+    from traces.models import Span
+
+    assert "not decodable" in Span.objects.get(span_id=BAD).resource["host.name"]
+
+
 def test_protobuf_span_that_cannot_be_decoded_rejects_only_itself(issued_key):
     request = trace_service_pb2.ExportTraceServiceRequest.FromString(_pb_request())
     good = request.resource_spans[0].scope_spans[0].spans[0].SerializeToString()

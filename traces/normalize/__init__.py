@@ -9,7 +9,16 @@ from .langfuse import LangfuseBatchError, normalize_ingestion_batch
 from .nodes import resolve_nodes
 from .otlp import decode_export_request
 from .otlp_errors import ERROR_KINDS, OtlpDecodeError
-from .records import KINDS, LangfuseBatch, OtlpBatch, ScoreRecord, SpanRecord, SpanUpdate, TraceUpdate
+from .records import (
+    KINDS,
+    LangfuseBatch,
+    OtlpBatch,
+    ScoreRecord,
+    SpanRecord,
+    SpanRejection,
+    SpanUpdate,
+    TraceUpdate,
+)
 
 __all__ = [
     "ERROR_KINDS",
@@ -20,6 +29,7 @@ __all__ = [
     "OtlpDecodeError",
     "ScoreRecord",
     "SpanRecord",
+    "SpanRejection",
     "SpanUpdate",
     "TraceUpdate",
     "decode_export_request",

@@ -7,6 +7,7 @@
     result.updates           # SpanUpdates for observations updated without a create in this batch
     result.traces            # TraceUpdates (trace-level attributes, to merge into the trace / its root span)
     result.scores            # ScoreRecords
+    result.rejected          # one SpanRejection per entry of errors (with the trace id it names, if usable)
 
 Semantics follow Langfuse's `processEventBatch`: each event is validated on its own (a bad event gets a 400 entry
 in `errors`, the others go on); `sdk-log` is accepted and dropped; events are sorted creates first, then updates,
@@ -23,9 +24,16 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from .langfuse_bodies import InvalidEvent, event_id_value, observation_fields, score_record, trace_fields
+from .langfuse_bodies import (
+    InvalidEvent,
+    event_id_value,
+    observation_fields,
+    score_record,
+    score_repair_entry,
+    trace_fields,
+)
 from .nodes import node_fields
-from .records import LangfuseBatch, SpanRecord, SpanUpdate, TraceUpdate
+from .records import INVALID_LANGFUSE_EVENT, LangfuseBatch, SpanRecord, SpanRejection, SpanUpdate, TraceUpdate
 from .values import langfuse_observation_id, langfuse_root_span_id, langfuse_trace_id, parse_iso_datetime
 
 SCOPE = "langfuse-ingestion"
@@ -96,7 +104,11 @@ def normalize_ingestion_batch(*, payload: dict) -> LangfuseBatch:
             if etype == "sdk-log":
                 result.logs.append(body.get("log"))
             elif etype == "score-create":
-                result.scores.append(score_record(body, ts))
+                score = score_record(body, ts)
+                result.scores.append(score)
+                repaired = score_repair_entry(event_id=event_id, record=score)
+                if repaired is not None:
+                    result.repaired.append(repaired)
             else:
                 _validate_entity_event(etype, body)
                 accepted.append((1 if etype in _UPDATE_TYPES else 0, pos, ts, etype, body, event_id))
@@ -105,11 +117,32 @@ def normalize_ingestion_batch(*, payload: dict) -> LangfuseBatch:
                 {"id": event_id if isinstance(event_id, str) else "", "status": 400, "message": str(exc),
                  "error": "Invalid request data"}
             )
+            result.rejected.append(SpanRejection(index=pos, message=str(exc), reason=INVALID_LANGFUSE_EVENT,
+                                                 trace_id=_refused_trace_id(event)))
             continue
         result.successes.append({"id": event_id, "status": 201})
 
     _build_entities(result, accepted)
     return result
+
+
+def _refused_trace_id(event: object) -> str:
+    """The stored trace id a refused trace or observation event names, else "": a score is no span, and an
+    observation without a traceId would have been a trace of its own, which cannot exist yet."""
+    if not isinstance(event, dict) or not isinstance(event.get("body"), dict):
+        return ""
+    etype = event.get("type")
+    if etype == "trace-create":
+        raw = event["body"].get("id")
+    elif etype in EVENT_TYPES and etype not in ("score-create", "sdk-log"):
+        raw = event["body"].get("traceId")
+    else:
+        return ""
+    try:
+        raw = event_id_value(raw, "traceId")
+    except InvalidEvent:
+        return ""
+    return langfuse_trace_id(raw) if raw else ""
 
 
 def _validate_entity_event(etype: str, body: dict) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 from .context import outcome_value, score_value
 from .records import ScoreRecord
+from .repair import TOO_DEEP_MARK, describe, is_clean_text, repair_text
 from .usage import cost_from_mapping, reasoning_from_mapping, usage_from_mapping
 from .values import decode_jsonish, langfuse_observation_id, langfuse_trace_id, parse_iso_datetime, to_float
 
@@ -34,6 +35,9 @@ def event_id_value(value: Any, field: str, *, required: bool = False) -> str | N
         raise InvalidEvent(f"{field} must be a non-empty string")
     if len(value) > 800 or "\r" in value:
         raise InvalidEvent(f"{field} must be at most 800 characters without carriage returns")
+    if not is_clean_text(value):
+        # Ids are hashed (UTF-8) and matched as they are: one cleaned here could name another entity.
+        raise InvalidEvent(f"{field} must not contain NUL characters or unpaired UTF-16 surrogates")
     return value.strip()
 
 
@@ -231,15 +235,41 @@ def trace_fields(body: dict) -> dict:
     return f
 
 
+# The Score columns' max_length (traces.models.Score): a longer value would fail the batch's whole insert.
+SCORE_NAME_MAX = 200
+SCORE_ID_MAX = 200
+SCORE_SOURCE_MAX = 40
+
+
+def _score_text(body: dict, key: str, *, repairs: list[dict], limit: int | None = None) -> str | None:
+    """A free-text score field, cleaned like a span's (repair.repair_text). A value that was an object or array
+    nested too deep reaches here as marked text (deep_json): it was never a string, so it is refused."""
+    value = body.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or value.startswith(TOO_DEEP_MARK):
+        raise InvalidEvent(f"body.{key} must be a string")
+    return repair_text(value, field=key, repairs=repairs, limit=limit)
+
+
 def score_record(body: dict, timestamp: datetime | None) -> ScoreRecord:
-    """The ScoreRecord of a score-create body (trace and observation scores only)."""
+    """The ScoreRecord of a score-create body (trace and observation scores only). Free text is repaired (the
+    repairs are on the record); ids that would need a repair are refused."""
+    repairs: list[dict] = []
     name = body.get("name")
+    if isinstance(name, str) and not name.startswith(TOO_DEEP_MARK):
+        name = repair_text(name, field="name", repairs=repairs, limit=SCORE_NAME_MAX)
     if not isinstance(name, str) or not name.strip():
         raise InvalidEvent("body.name is required (the score's name)")
     trace_raw = event_id_value(body.get("traceId"), "body.traceId")
     if trace_raw is None:
         raise InvalidEvent("body.traceId is required: only trace and observation scores are supported")
     obs_raw = event_id_value(body.get("observationId"), "body.observationId")
+    score_id = body.get("id") if isinstance(body.get("id"), str) else None
+    if score_id is not None and (len(score_id) > SCORE_ID_MAX or not is_clean_text(score_id)):
+        # Scores are upserted by id: a cut or cleaned id could overwrite another score.
+        raise InvalidEvent(f"body.id must be at most {SCORE_ID_MAX} characters, without NUL characters or unpaired "
+                           "UTF-16 surrogates")
     data_type = body.get("dataType")
     if data_type is not None and data_type not in _SCORE_TYPES:
         raise InvalidEvent(f"body.dataType must be one of {', '.join(sorted(_SCORE_TYPES))}, got {data_type!r}")
@@ -259,15 +289,14 @@ def score_record(body: dict, timestamp: datetime | None) -> ScoreRecord:
             if value not in (0.0, 1.0):
                 raise InvalidEvent("body.value of a BOOLEAN score must be 0 or 1")
             string_value = "True" if value == 1.0 else "False"
-    elif isinstance(raw, str):
+    elif isinstance(raw, str) and not raw.startswith(TOO_DEEP_MARK):
         if data_type in ("NUMERIC", "BOOLEAN"):
             raise InvalidEvent(f"body.value of a {data_type} score must be a number, got a string")
-        value, string_value = None, raw
+        value, string_value = None, _score_text(body, "value", repairs=repairs)
     else:
         raise InvalidEvent("body.value must be a number or a string")
-    comment = body.get("comment")
-    if comment is not None and not isinstance(comment, str):
-        raise InvalidEvent("body.comment must be a string")
+    comment = _score_text(body, "comment", repairs=repairs)
+    source = body.get("source") if isinstance(body.get("source"), str) else None
     return ScoreRecord(
         trace_id=langfuse_trace_id(trace_raw),
         observation_id=langfuse_observation_id(obs_raw) if obs_raw else None,
@@ -275,10 +304,20 @@ def score_record(body: dict, timestamp: datetime | None) -> ScoreRecord:
         value=value,
         string_value=string_value,
         comment=comment,
-        id=body.get("id") if isinstance(body.get("id"), str) else None,
+        id=score_id,
         data_type=data_type,
-        source=body.get("source") if isinstance(body.get("source"), str) else "API",
+        source=repair_text(source, field="source", repairs=repairs, limit=SCORE_SOURCE_MAX) if source is not None
+        else "API",
         metadata=body.get("metadata"),
         timestamp=timestamp,
         environment=body.get("environment") if isinstance(body.get("environment"), str) else None,
+        repairs=repairs,
     )
+
+
+def score_repair_entry(*, event_id: str, record: ScoreRecord) -> dict | None:
+    """The 207 entry telling the SDK a score was stored with repairs (status 201: nothing to resend)."""
+    if not record.repairs:
+        return None
+    return {"id": event_id, "status": 201, "message": f"stored with repairs: {describe(record.repairs)}",
+            "error": "Repaired"}

@@ -2,7 +2,7 @@
 
     batch = decode_export_request(body=raw_bytes, content_type=request.content_type)
     batch.spans      # list[SpanRecord], nodes not yet resolved (see nodes.resolve_nodes)
-    batch.rejected   # [(span index in request order, reason)] for spans without valid ids
+    batch.rejected   # [SpanRejection(index, message, reason, trace_id)] for spans without valid ids or times
 
 Raises `OtlpDecodeError(message, kind)` (otlp_errors.py) when the body as a whole cannot be used; `kind` is one of
 `ERROR_KINDS`. The body must already be decompressed. The decoders: otlp_protobuf.py and otlp_json.py; both map each

@@ -23,7 +23,14 @@ from .otlp_errors import (
     OtlpDecodeError,
     compression_hint,
 )
-from .records import OtlpBatch
+from .records import (
+    INVALID_PARENT_SPAN_ID,
+    INVALID_SPAN_ID,
+    INVALID_TIMESTAMP,
+    INVALID_TRACE_ID,
+    OtlpBatch,
+    SpanRejection,
+)
 from .repair import note_repairs
 from .span_times import check_times
 from .values import clean_float, id_from_json, ns_to_iso, to_int
@@ -308,18 +315,22 @@ def decode_json(body: bytes | str) -> OtlpBatch:
                 tid, why = id_from_json(_g(sp, "traceId", "trace_id"), 16)
                 if tid is None or tid == "0" * 32:
                     why = why or ("is all zeros" if tid else "is missing")
-                    rejected.append((idx, f"span {idx} ({name[:80]!r}): traceId {why}"))
+                    rejected.append(SpanRejection(index=idx, message=f"span {idx} ({name[:80]!r}): traceId {why}",
+                                                  reason=INVALID_TRACE_ID))
                     idx += 1
                     continue
                 sid, why = id_from_json(_g(sp, "spanId", "span_id"), 8)
                 if sid is None or sid == "0" * 16:
                     why = why or ("is all zeros" if sid else "is missing")
-                    rejected.append((idx, f"span {idx} ({name[:80]!r}): spanId {why}"))
+                    rejected.append(SpanRejection(index=idx, message=f"span {idx} ({name[:80]!r}): spanId {why}",
+                                                  reason=INVALID_SPAN_ID, trace_id=tid))
                     idx += 1
                     continue
                 pid, why = id_from_json(_g(sp, "parentSpanId", "parent_span_id"), 8)
                 if why is not None:
-                    rejected.append((idx, f"span {idx} ({name[:80]!r}): parentSpanId {why}"))
+                    rejected.append(SpanRejection(index=idx,
+                                                  message=f"span {idx} ({name[:80]!r}): parentSpanId {why}",
+                                                  reason=INVALID_PARENT_SPAN_ID, trace_id=tid))
                     idx += 1
                     continue
                 if pid == "0000000000000000":
@@ -335,7 +346,8 @@ def decode_json(body: bytes | str) -> OtlpBatch:
                 times = check_times(start=_g(sp, "startTimeUnixNano", "start_time_unix_nano"),
                                     end=_g(sp, "endTimeUnixNano", "end_time_unix_nano"))
                 if times.rejected:
-                    rejected.append((idx, f"span {idx} ({name[:80]!r}): {times.rejected}"))
+                    rejected.append(SpanRejection(index=idx, message=f"span {idx} ({name[:80]!r}): {times.rejected}",
+                                                  reason=INVALID_TIMESTAMP, trace_id=tid))
                     idx += 1
                     continue
                 events = sp.get("events")

@@ -23,7 +23,14 @@ from .otlp_errors import (
     compression_hint,
 )
 from .otlp_protobuf_salvage import Unsalvageable, salvage
-from .records import OtlpBatch
+from .records import (
+    INVALID_PARENT_SPAN_ID,
+    INVALID_SPAN_ID,
+    INVALID_TIMESTAMP,
+    INVALID_TRACE_ID,
+    OtlpBatch,
+    SpanRejection,
+)
 from .repair import note_repairs
 from .span_times import check_times
 from .values import clean_float, ns_to_iso
@@ -92,20 +99,19 @@ _ZERO16 = bytes(16)
 _ZERO8 = bytes(8)
 
 
-def _id_problem(tid: bytes, sid: bytes) -> str | None:
+def _id_problem(tid: bytes, sid: bytes) -> tuple[str, str]:
+    """(reason code, what is wrong) for ids that failed the decoder's check: the last case is the only one left."""
     if not tid:
-        return "traceId is missing"
+        return INVALID_TRACE_ID, "traceId is missing"
     if len(tid) != 16:
-        return f"traceId has {len(tid)} bytes, expected 16"
+        return INVALID_TRACE_ID, f"traceId has {len(tid)} bytes, expected 16"
     if tid == _ZERO16:
-        return "traceId is all zeros"
+        return INVALID_TRACE_ID, "traceId is all zeros"
     if not sid:
-        return "spanId is missing"
+        return INVALID_SPAN_ID, "spanId is missing"
     if len(sid) != 8:
-        return f"spanId has {len(sid)} bytes, expected 8"
-    if sid == _ZERO8:
-        return "spanId is all zeros"
-    return None
+        return INVALID_SPAN_ID, f"spanId has {len(sid)} bytes, expected 8"
+    return INVALID_SPAN_ID, "spanId is all zeros"
 
 
 def _raise_if_json(body: bytes) -> None:
@@ -121,7 +127,7 @@ def decode_protobuf(body: bytes) -> OtlpBatch:
     """Decode a protobuf `ExportTraceServiceRequest` (already decompressed)."""
     req = ExportTraceServiceRequest()
     span_repairs: dict[int, list[dict]] = {}
-    broken: dict[int, str] = {}
+    broken: dict[int, SpanRejection] = {}
     try:
         req.ParseFromString(body)
     except (DecodeError, ValueError, RuntimeError) as exc:
@@ -150,7 +156,7 @@ def decode_protobuf(body: bytes) -> OtlpBatch:
 
 
 def _decode_request(req: ExportTraceServiceRequest, body: bytes, *, span_repairs: dict[int, list[dict]],
-                    broken: dict[int, str]) -> OtlpBatch:
+                    broken: dict[int, SpanRejection]) -> OtlpBatch:
     batch = OtlpBatch()
     spans = batch.spans
     rejected = batch.rejected
@@ -162,13 +168,16 @@ def _decode_request(req: ExportTraceServiceRequest, body: bytes, *, span_repairs
             scope = ss.scope.name
             for sp in ss.spans:
                 if broken and idx in broken:
-                    rejected.append((idx, broken[idx]))
+                    rejected.append(broken[idx])
                     idx += 1
                     continue
                 tid = sp.trace_id
                 sid = sp.span_id
                 if len(tid) != 16 or len(sid) != 8 or tid == _ZERO16 or sid == _ZERO8:
-                    rejected.append((idx, f"span {idx} ({sp.name[:80]!r}): {_id_problem(tid, sid)}"))
+                    reason, why = _id_problem(tid, sid)
+                    trace_id = "" if reason == INVALID_TRACE_ID else tid.hex()
+                    rejected.append(SpanRejection(index=idx, message=f"span {idx} ({sp.name[:80]!r}): {why}",
+                                                  reason=reason, trace_id=trace_id))
                     idx += 1
                     continue
                 pid = sp.parent_span_id
@@ -178,12 +187,15 @@ def _decode_request(req: ExportTraceServiceRequest, body: bytes, *, span_repairs
                     parent = None
                     if pid and pid != _ZERO8:
                         why = f"parentSpanId has {len(pid)} bytes, expected 8"
-                        rejected.append((idx, f"span {idx} ({sp.name[:80]!r}): {why}"))
+                        rejected.append(SpanRejection(index=idx, message=f"span {idx} ({sp.name[:80]!r}): {why}",
+                                                      reason=INVALID_PARENT_SPAN_ID, trace_id=tid.hex()))
                         idx += 1
                         continue
                 times = check_times(start=sp.start_time_unix_nano, end=sp.end_time_unix_nano)
                 if times.rejected:
-                    rejected.append((idx, f"span {idx} ({sp.name[:80]!r}): {times.rejected}"))
+                    rejected.append(SpanRejection(index=idx,
+                                                  message=f"span {idx} ({sp.name[:80]!r}): {times.rejected}",
+                                                  reason=INVALID_TIMESTAMP, trace_id=tid.hex()))
                     idx += 1
                     continue
                 st = sp.status

@@ -55,11 +55,32 @@ class SpanRecord:
     is_root: bool = False
 
 
+# Why a span (or a Langfuse event) was dropped from an accepted request: Settings' ingestion health counts by these
+# codes, and stored counters keep them, so a code once used never changes its meaning.
+INVALID_TRACE_ID = "invalid_trace_id"
+INVALID_SPAN_ID = "invalid_span_id"
+INVALID_PARENT_SPAN_ID = "invalid_parent_span_id"
+INVALID_TIMESTAMP = "invalid_timestamp"
+UNDECODABLE_SPAN = "undecodable_span"
+INVALID_LANGFUSE_EVENT = "invalid_langfuse_event"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SpanRejection:
+    """A span dropped from an accepted request; the reason is decided where the span is refused, never read back
+    from the message."""
+
+    index: int  # in request order (a Langfuse event: its position in the batch)
+    message: str  # for the client: names the span and the value
+    reason: str  # one of the codes above
+    # 32 lower-case hex when the span named a usable trace: its stored trace then shows a "rejected" badge
+    trace_id: str = ""
+
+
 @dataclass(slots=True)
 class OtlpBatch:
     spans: list[SpanRecord] = field(default_factory=list)
-    # (index of the span in request order, human-readable reason) for spans dropped because of missing/invalid ids
-    rejected: list[tuple[int, str]] = field(default_factory=list)
+    rejected: list[SpanRejection] = field(default_factory=list)  # spans dropped for missing / invalid ids or times
 
 
 @dataclass(slots=True)
@@ -104,6 +125,7 @@ class ScoreRecord:
     metadata: Any = None
     timestamp: datetime | None = None
     environment: str | None = None
+    repairs: list[dict] = field(default_factory=list)  # [{field, reason, original_length}]: what was cleaned
 
 
 @dataclass(slots=True)
@@ -115,10 +137,14 @@ class LangfuseBatch:
     traces: list[TraceUpdate] = field(default_factory=list)
     scores: list[ScoreRecord] = field(default_factory=list)
     logs: list[Any] = field(default_factory=list)  # sdk-log bodies (accepted, not stored)
+    # {"id", "status": 201, "message", "error": "Repaired"} for events stored with repairs known when normalising
+    # (scores, which have no metadata to carry them): not rejections, so kept apart from `errors`.
+    repaired: list[dict] = field(default_factory=list)
+    rejected: list[SpanRejection] = field(default_factory=list)  # one per entry of `errors`, in the same order
     # For every span in `spans`: the SpanRecord fields the events actually carried. A create for an entity that is
     # already stored (Langfuse creates are upserts) should be merged using only these fields.
     provided_fields: dict[tuple[str, str], frozenset[str]] = field(default_factory=dict)
 
     def response_body(self) -> dict:
         """The `207 Multi-Status` body Langfuse SDKs expect."""
-        return {"successes": self.successes, "errors": self.errors}
+        return {"successes": self.successes, "errors": [*self.errors, *self.repaired]}

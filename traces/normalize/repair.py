@@ -2,6 +2,7 @@
 
     repairs = repair_record(record)      # [{field, reason, original_length}], also in metadata["clear.repairs"]
     repairs = repair_fields(fields)      # the same on a dict of SpanRecord fields (Langfuse updates)
+    text = repair_text(text, field="comment", repairs=repairs, limit=None)  # one value kept outside a span
 
 A bounded column is cut to its length, NUL is removed (Postgres text and jsonb cannot hold it), a lone surrogate
 (text cut inside a UTF-16 pair) becomes U+FFFD (it cannot be encoded as UTF-8), and a value nested deeper than
@@ -80,6 +81,30 @@ def _clean_string(text: str, *, field: str, repairs: list[dict]) -> str:
     return text
 
 
+def repair_text(text: str, *, field: str, repairs: list[dict], limit: int | None = None) -> str:
+    """One free-text value made storable (NUL removed, lone surrogates replaced, cut to `limit`); what was changed
+    is appended to `repairs`. For values stored outside a span (a score's name, comment...)."""
+    text = _clean_string(text, field=field, repairs=repairs)
+    if limit is not None and len(text) > limit:
+        repairs.append({"field": field, "reason": "truncated", "original_length": len(text)})
+        text = text[:limit]
+    return text
+
+
+def is_clean_text(text: str) -> bool:
+    """No NUL, no lone surrogate, no too-deep mark: an identifier that would need a repair is refused instead,
+    since changing it could make it name something else."""
+    return "\x00" not in text and TOO_DEEP_MARK not in text and (text.isascii() or _encodes(text))
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _needs_walk(value: Any) -> bool:
     """orjson refuses surrogates and depth beyond 254 and shows NUL as an escape: one C pass finds the clean case."""
     try:
@@ -112,11 +137,7 @@ def repair_fields(fields: dict[str, Any], *, clean: set[int] | None = None) -> l
         value = fields.get(name)
         if not isinstance(value, str) or not value:
             continue
-        value = _clean_string(value, field=name, repairs=repairs)
-        if len(value) > limit:
-            repairs.append({"field": name, "reason": "truncated", "original_length": len(value)})
-            value = value[:limit]
-        fields[name] = value
+        fields[name] = repair_text(value, field=name, repairs=repairs, limit=limit)
     # One C pass over all of them first: nearly every span is clean.
     pending = [name for name in JSON_FIELDS if not (clean is not None and id(fields.get(name)) in clean)]
     if not _needs_walk([fields.get(name) for name in pending]):

@@ -32,6 +32,7 @@ from traces.models import Span, Trace
 from traces.normalize import (
     LangfuseBatchError,
     OtlpDecodeError,
+    SpanRejection,
     decode_export_request,
     normalize_ingestion_batch,
 )
@@ -90,8 +91,8 @@ def _otlp_refusal(exc: OtlpDecodeError) -> str:
     return f"not an OTLP trace request: {exc.message}"
 
 
-def _span_reasons(rejected: list[tuple[int, str]]) -> str:
-    shown = "; ".join(reason for _, reason in rejected[:_MAX_SPAN_REASONS])
+def _span_reasons(rejected: list[SpanRejection]) -> str:
+    shown = "; ".join(r.message for r in rejected[:_MAX_SPAN_REASONS])
     more = f" (and {len(rejected) - _MAX_SPAN_REASONS} more)" if len(rejected) > _MAX_SPAN_REASONS else ""
     return f"{shown}{more}"
 
@@ -132,7 +133,7 @@ class _Importer:
                        f"{_span_reasons(batch.rejected)}",
             ))
         distinct = len({(s.trace_id, s.span_id) for s in batch.spans})
-        result = spans_ingest(project=self.project, spans=batch.spans)
+        result = spans_ingest(project=self.project, spans=batch.spans, rejected=batch.rejected)
         self.summary.spans_received += distinct
         self.summary.spans_created += result.spans_created
         self.summary.spans_already_present += distinct - result.spans_created

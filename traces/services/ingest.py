@@ -6,7 +6,7 @@ the client's 200 means the spans are durable and their processing is scheduled.
 
 import logging
 import operator
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields as dataclass_fields
 
 from django.db import transaction
@@ -19,10 +19,12 @@ from traces.facts import TRACE_FINALIZE
 from traces.models import Span, Trace
 from traces.normalize import LangfuseBatch, ScoreRecord, SpanRecord, SpanUpdate, TraceUpdate, resolve_nodes
 from traces.normalize.nodes import fallback_node
+from traces.normalize.records import SpanRejection
 from traces.normalize.repair import repair_fields, repair_record
 from traces.pricing import span_cost_estimate
 from traces.services.bulk import COLUMN_NAMES, SpanRow, spans_insert
-from traces.services.ingest_issues import ingest_issues_count, repair_reasons
+from traces.services.ingest_issues import ingest_issues_count, repair_reasons, trace_rejections_count
+from traces.services.lifecycle import traces_content_changed
 from traces.services.trace_rows import stored_spans_find, traces_context_save, traces_upsert
 
 _SPAN_COLUMNS = (
@@ -173,13 +175,13 @@ def _is_empty(value: object) -> bool:
     return value is None or value == "" or value == [] or value == {}
 
 
-def _resends_merge(*, traces: dict[str, Trace], records: list[SpanRecord], inferred: set) -> int:
+def _resends_merge(*, traces: dict[str, Trace], records: list[SpanRecord], inferred: set) -> dict[int, int]:
     """Spans sent again: their non-empty fields win over the stored ones (dicts merged), as Langfuse merges.
     One query for all of them (a retried batch is the common case, and it changes nothing); returns how many
-    stored spans changed."""
+    stored spans changed, per trace row."""
     stored = {(span.trace_id, span.span_id): span for span in Span.objects.select_for_update().filter(
         trace_id__in={traces[r.trace_id].pk for r in records}, span_id__in={r.span_id for r in records})}
-    updated = 0
+    updated: dict[int, int] = {}
     for record in records:
         span = stored.get((traces[record.trace_id].pk, record.span_id))
         if span is None:
@@ -199,17 +201,21 @@ def _resends_merge(*, traces: dict[str, Trace], records: list[SpanRecord], infer
                 changed.append(name)
         if changed:
             span.save(update_fields=changed)
-            updated += 1
+            updated[span.trace_id] = updated.get(span.trace_id, 0) + 1
     return updated
 
 
-def spans_ingest(*, project: Project, spans: list[SpanRecord], provided_fields: dict | None = None) -> IngestResult:
+def spans_ingest(*, project: Project, spans: list[SpanRecord], provided_fields: dict | None = None,
+                 rejected: Sequence[SpanRejection] = ()) -> IngestResult:
     """Store spans, each repaired on its own first (repair.py); of two copies in one request the last wins.
 
     A span already stored takes the resend's non-empty fields (as Langfuse merges), or with `provided_fields` only
-    the fields listed there (Langfuse creates are upserts that carry only some fields)."""
+    the fields listed there (Langfuse creates are upserts that carry only some fields). `rejected`, the request's
+    spans the decoder refused, are counted on their traces once this request's rows exist."""
     result = IngestResult(spans_received=len(spans))
     if not spans:
+        if rejected:
+            trace_rejections_count(project=project, rejections=rejected)
         return result
     spans, result.duplicates = _last_copy_wins(spans)
     clean: set[int] = set()
@@ -223,6 +229,7 @@ def spans_ingest(*, project: Project, spans: list[SpanRecord], provided_fields: 
         existing, known = _stored_lookup(traces=traces, new=new, spans=spans)
         inferred = _resolve_nodes(spans=spans, known=known)
         rows, resent = [], []
+        changed_traces: set[int] = set()  # judged traces this request adds spans to or changes spans of
         for record in spans:
             key = (record.trace_id, record.span_id)
             if key in existing:
@@ -234,15 +241,23 @@ def spans_ingest(*, project: Project, spans: list[SpanRecord], provided_fields: 
                 continue
             if record.cost is None and record.model:
                 _cost_estimate(record)
+            if traces[record.trace_id].judged_at is not None:
+                changed_traces.add(traces[record.trace_id].pk)
             rows.append(_span_row(record, project_pk=project.pk, trace_pk=traces[record.trace_id].pk,
                                   node_inferred=key in inferred))
         if resent:
-            result.resends_updated = _resends_merge(traces=traces, records=resent, inferred=inferred)
+            updated = _resends_merge(traces=traces, records=resent, inferred=inferred)
+            result.resends_updated = sum(updated.values())
+            changed_traces.update(pk for pk in updated if pk in {t.pk for t in traces.values() if t.judged_at})
         created = spans_insert(rows)  # COPY on Postgres, bulk_create(ignore_conflicts=True) elsewhere
         result.spans_created = len(created)
+        if changed_traces:
+            traces_content_changed(trace_pks=changed_traces, at=timezone.now())
         if result.repaired:
             _repaired_spans_count(traces=traces, existing=existing, repaired=result.repaired)
             ingest_issues_count(project=project, repaired=repair_reasons(result.repaired))
+        if rejected:
+            trace_rejections_count(project=project, rejections=rejected)
         contexts = []
         for record in spans:
             if record.is_root:
@@ -281,10 +296,12 @@ def _cost_estimate(record: SpanRecord) -> None:
         record.metadata = {**(record.metadata or {}), "cost_estimated": True}
 
 
-def _span_merge(*, trace: Trace, span_id: str, fields: dict) -> bool:
+def _span_merge(*, trace: Trace, span_id: str, fields: dict) -> tuple[bool, bool]:
+    """Write `fields` over the stored span; returns (the span was found, its content changed). A judged trace
+    whose content changed is marked "changed since judged"."""
     span = Span.objects.select_for_update().filter(trace=trace, span_id=span_id).first()
     if span is None:
-        return False
+        return False, False
     changed = []
     for name, value in fields.items():
         if name not in _SPAN_COLUMNS:
@@ -293,11 +310,14 @@ def _span_merge(*, trace: Trace, span_id: str, fields: dict) -> bool:
             value = {**(getattr(span, name) or {}), **value}
         if value is None and name in _TEXT_COLUMNS:
             value = ""
-        setattr(span, name, value)
-        changed.append(name)
+        if getattr(span, name) != value:
+            setattr(span, name, value)
+            changed.append(name)
     if changed:
         span.save(update_fields=changed)
-    return True
+        if trace.judged_at is not None:
+            traces_content_changed(trace_pks={trace.pk}, at=timezone.now())
+    return True, bool(changed)
 
 
 def _record_from_fields(*, trace_id: str, span_id: str, fields: dict) -> SpanRecord:
@@ -318,13 +338,15 @@ def langfuse_batch_ingest(*, project: Project, batch: LangfuseBatch) -> IngestRe
             _span_update_apply(project=project, update=update)
         if batch.scores:
             scores_ingest(project=project, scores=batch.scores)
+        if batch.rejected:  # last: a trace-create or update of this batch may have made the trace row
+            trace_rejections_count(project=project, rejections=batch.rejected)
     return result
 
 
 def _trace_update_apply(*, project: Project, update: TraceUpdate) -> None:
     repair_fields(update.fields)
     trace = _trace_rows(project=project, trace_ids=[update.trace_id])[update.trace_id]
-    if not _span_merge(trace=trace, span_id=update.root_span_id, fields=update.fields):
+    if not _span_merge(trace=trace, span_id=update.root_span_id, fields=update.fields)[0]:
         spans_ingest(project=project, spans=[
             _record_from_fields(trace_id=update.trace_id, span_id=update.root_span_id, fields=update.fields)
         ])
@@ -343,7 +365,7 @@ def _span_update_apply(*, project: Project, update: SpanUpdate) -> None:
         trace = span.trace
     else:
         trace = _trace_rows(project=project, trace_ids=[update.trace_id])[update.trace_id]
-    if not _span_merge(trace=trace, span_id=update.span_id, fields=update.fields):
+    if not _span_merge(trace=trace, span_id=update.span_id, fields=update.fields)[0]:
         # Updates can overtake their create (SDKs flush in parallel); store what we have, the create merges later.
         spans_ingest(project=project, spans=[
             _record_from_fields(trace_id=trace.trace_id, span_id=update.span_id, fields=update.fields)

@@ -1,4 +1,5 @@
-"""Daily counts of repaired and rejected spans per project and reason (issue 24): Settings' ingestion health.
+"""Daily counts of repaired and rejected spans per project and reason (issue 24): Settings' ingestion health; and
+the rejected spans of each stored trace, for its "rejected" badge.
 
 One upsert statement per request for all its reasons, and no query at all when nothing was repaired or rejected:
 ingestion speed matters more than these figures.
@@ -9,34 +10,29 @@ from collections.abc import Iterable
 from datetime import date
 
 from django.db import connection
+from django.db.models import F
 from django.utils import timezone
 
 from clear.projects.models import Project
-from traces.models import IngestIssueCount
+from traces.models import IngestIssueCount, Trace
+from traces.normalize import SpanRejection
 
 REASON_MAX = IngestIssueCount._meta.get_field("reason").max_length
 
-# The first words of a rejection message after "span N ('name'): " (otlp_json.py, otlp_protobuf.py), and the reason
-# they are counted under.
-_REJECTION_PREFIXES = (
-    ("parentSpanId", "invalid_parent_span_id"),
-    ("traceId", "invalid_trace_id"),
-    ("spanId", "invalid_span_id"),
-    ("cannot be decoded", "undecodable_span"),
-)
-INVALID_TIMESTAMP = "invalid_timestamp"
-INVALID_LANGFUSE_EVENT = "invalid_langfuse_event"
 
+def trace_rejections_count(*, project: Project, rejections: Iterable[SpanRejection]) -> None:
+    """Add rejected spans to the rejected_spans of the stored traces they name; one UPDATE per distinct count.
 
-def rejection_reason(message: str) -> str:
-    """The counted reason of a rejection message (its free text names the span and the value)."""
-    tail = message.rsplit("): ", 1)[-1] if "): " in message else message.split(": ", 1)[-1]
-    for prefix, reason in _REJECTION_PREFIXES:
-        if tail.startswith(prefix):
-            return reason
-    if "Time" in tail.split(" ", 1)[0] or tail.startswith("start"):
-        return INVALID_TIMESTAMP
-    return "unreadable_span"
+    A trace without a row gets none: a badge on a trace that holds nothing would only hide the rejection (the
+    project's counters keep it). Rejected spans are not stored, so a resent rejection counts again; exporters do not
+    resend a request that was answered 200."""
+    per_trace: Counter = Counter(r.trace_id for r in rejections if r.trace_id)
+    by_count: dict[int, list[str]] = {}
+    for trace_id, count in per_trace.items():
+        by_count.setdefault(count, []).append(trace_id)
+    for count, trace_ids in by_count.items():
+        Trace.objects.filter(project=project, trace_id__in=trace_ids).update(
+            rejected_spans=F("rejected_spans") + count)
 
 
 def repair_reasons(repaired: Iterable[tuple[object, list[dict]]]) -> Counter:

@@ -23,6 +23,19 @@ logger = logging.getLogger(__name__)
 RETENTION_BATCH = 500
 
 
+def trace_judged_mark(*, trace_pk: int, at: datetime) -> None:
+    """Diagnosis started judging the trace at `at` (the time it read the spans): a resend that changes the trace
+    later makes it "changed since judged"."""
+    Trace.objects.filter(pk=trace_pk).update(judged_at=at)
+
+
+def traces_content_changed(*, trace_pks: set[int], at: datetime) -> None:
+    """Stored content of these traces changed (a resend, a late span): only those judged already are marked, so
+    the clean write path pays nothing; the caller skips the call when none was judged."""
+    if trace_pks:
+        Trace.objects.filter(pk__in=trace_pks, judged_at__isnull=False).update(content_changed_at=at)
+
+
 class TraceOutcomeInvalidError(ClearError):
     code = "outcome_invalid"
 

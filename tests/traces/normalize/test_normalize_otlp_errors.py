@@ -180,8 +180,8 @@ def test_json_spans_without_ids_or_with_wrong_length_ids_are_rejected_and_valid_
     batch = decode_export_request(body=body, content_type=JS)
     assert [s.name for s in batch.spans] == ["good", "also good"]
     assert batch.spans[1].parent_span_id == "b7ad6b7169203331"
-    assert [i for i, _ in batch.rejected] == [0, 1, 3, 4, 5, 6]
-    reasons = dict(batch.rejected)
+    assert [r.index for r in batch.rejected] == [0, 1, 3, 4, 5, 6]
+    reasons = {r.index: r.message for r in batch.rejected}
     assert reasons[0] == "span 0 ('no ids'): traceId is missing"
     assert "expected 16" in reasons[1]
     assert "expected 8" in reasons[3]
@@ -197,7 +197,7 @@ def test_protobuf_spans_without_ids_are_rejected_and_valid_kept():
     ss.spans.add(name="bad parent", trace_id=b"\x01" * 16, span_id=b"\x02" * 8, parent_span_id=b"\x03" * 5)
     batch = decode_export_request(body=req.SerializeToString(), content_type=PB)
     assert [s.name for s in batch.spans] == ["span 0", "span 1"]
-    assert batch.rejected == [
+    assert [(r.index, r.message) for r in batch.rejected] == [
         (2, "span 2 ('no ids'): traceId is missing"),
         (3, "span 3 ('short'): traceId has 8 bytes, expected 16"),
         (4, "span 4 ('bad parent'): parentSpanId has 5 bytes, expected 8"),
@@ -213,7 +213,7 @@ def test_protobuf_batch_of_only_id_less_spans_is_not_mistaken_for_logs():
         sp.attributes.add(key="k").value.string_value = "v"
     batch = decode_export_request(body=req.SerializeToString(), content_type=PB)
     assert batch.spans == []
-    assert [i for i, _ in batch.rejected] == [0, 1, 2]
+    assert [r.index for r in batch.rejected] == [0, 1, 2]
 
 
 def test_protobuf_that_starts_like_json_is_still_protobuf():

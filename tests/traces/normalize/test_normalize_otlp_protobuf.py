@@ -163,4 +163,4 @@ def test_json_format_pitfall_is_caught():
     body = json_format.Parse(json.dumps(doc), ExportTraceServiceRequest()).SerializeToString()
     batch = decode_export_request(body=body, content_type="application/x-protobuf")
     assert batch.spans == []
-    assert batch.rejected == [(0, "span 0 ('x'): traceId has 24 bytes, expected 16")]
+    assert [(r.index, r.message) for r in batch.rejected] == [(0, "span 0 ('x'): traceId has 24 bytes, expected 16")]

@@ -223,8 +223,8 @@ def test_out_of_range_times_do_not_break_the_batch():
     assert spans[0].start_time == spans[0].end_time
     assert spans[0].metadata["clear.repairs"][0]["field"] == "start_time"
     assert spans[0].events[0]["time"] is None
-    assert [index for index, _ in batch.rejected] == [1]
-    assert "negative" in batch.rejected[0][1]
+    assert [r.index for r in batch.rejected] == [1]
+    assert "negative" in batch.rejected[0].message
 
 
 def test_memoryview_and_bytearray_bodies():
