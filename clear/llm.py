@@ -2,12 +2,20 @@
 
 The LLM judges and attributions (diagnosis/judges/llm/client.py adds their cache and budget), the insight naming
 (diagnosis/insights/naming.py) and the evolution patcher (evolution/backends/litellm_patcher.py) all call models
-through here, so they retry, parse, repair and count alike. Nothing here knows a prompt, a schema or a verdict.
+through here, so they retry, parse, repair and count alike. Nothing here knows a prompt or a verdict; a caller
+may pass its reply schema for structured output.
 
-* Retries: `litellm.RateLimitError` (429) and `litellm.Timeout` only, at most `max_retries`, waiting Retry-After
-  (seconds or HTTP date; `retry-after-ms` too) when the provider sends it, else exponential backoff with jitter.
-  Every other error is raised at once. LiteLLM's and the OpenAI SDK's own retries are switched off, so that this
-  is the only policy (and its waits can be cut by a caller's deadline).
+* Retries: transient failures only (litellm.APIConnectionError, 5xx, 429 and timeouts; see clear/llm_errors.py),
+  at most `max_retries`, waiting Retry-After (seconds or HTTP date; `retry-after-ms` too) when the provider sends
+  it, else exponential backoff with jitter. Every other error is raised at once. LiteLLM's and the OpenAI SDK's own
+  retries are switched off, so that this is the only policy (and its waits can be cut by a caller's deadline).
+* Output cap: every request carries `max_tokens` (the caller's size for its kind of call, see clear/llm_limits.py).
+  A reply cut by that limit (finish_reason "length") is asked again once with the limit doubled, up to the
+  endpoint's ceiling; cut again, or already at the ceiling, it raises LlmCallError(cause="invalid_output:length"):
+  the same request is never repeated unchanged.
+* Structured output: with a schema from the caller and `structured_output` "on" (or "auto" and LiteLLM saying the
+  model supports response schemas), `response_format` carries the JSON schema (not strict: the after-the-fact
+  validation and the repair round stay for everyone); else it asks for a JSON object.
 * JSON: one object per reply (a ```json fence is tolerated). A reply that is not one, or that the caller's check
   rejects, gets exactly one repair request carrying the problems.
 * Tokens: as the provider reports them, else estimated (characters / 3.5) with a note. Cost: tokens x the price
@@ -26,7 +34,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 from types import ModuleType
+from functools import lru_cache
 from typing import Any
+
+from clear.llm_errors import LENGTH, TRANSIENT, LlmCallError, llm_error_cause
+from clear.llm_limits import DEFAULT_MAX_TOKENS
 
 BACKOFF_BASE_S = 1.0
 BACKOFF_MAX_S = 30.0
@@ -68,9 +80,15 @@ class LlmEndpoint:
     api_base: str | None = None
     api_key: str | None = None
     timeout: float = 60.0  # seconds per request
-    max_retries: int = 3  # on 429 and timeouts only
+    max_retries: int = 3  # on transient failures only: connection, 5xx, 429, timeout
     temperature: float = 0.0
-    max_tokens: int | None = None
+    max_tokens: int | None = DEFAULT_MAX_TOKENS  # this kind of call's size; None: the ceiling (or the default)
+    max_tokens_ceiling: int | None = None  # how far a cut reply's retry may double it; None: max_tokens x 2
+    structured_output: str = "auto"  # auto | on | off (see clear/llm_limits.py)
+
+    def request_max_tokens(self) -> int:
+        size = self.max_tokens or self.max_tokens_ceiling or DEFAULT_MAX_TOKENS
+        return min(size, self.max_tokens_ceiling) if self.max_tokens_ceiling else size
 
 
 @dataclass
@@ -168,39 +186,82 @@ def json_object_parse(*, content: str) -> tuple[dict | None, str]:
     return value, ""
 
 
-def llm_complete(*, endpoint: LlmEndpoint, messages: list[dict], usage: LlmUsage,
-                 remaining: Callable[[], float] | None = None,
-                 runner: Callable[[Callable[[], Any], float], Any] | None = None) -> LlmReply:
-    """One JSON-mode completion, retrying 429s and timeouts; raises the provider's error otherwise, or once the
-    retries are spent. Tokens and requests are added to `usage`.
+_SCHEMA_NAME = re.compile(r"[^A-Za-z0-9_-]+")
 
-    `remaining()` gives the seconds left before the caller's deadline (and may raise to stop): each request's
+
+@lru_cache(maxsize=64)
+def _model_supports_schema(model: str) -> bool:
+    litellm = litellm_load()
+    try:
+        name, provider, _, _ = litellm.get_llm_provider(model)
+        return bool(litellm.supports_response_schema(model=name, custom_llm_provider=provider))
+    except Exception:  # noqa: BLE001 - a model LiteLLM does not know gets the JSON-object mode
+        return False
+
+
+def structured_output_on(*, endpoint: LlmEndpoint) -> bool:
+    """Whether this endpoint's requests carry the reply's JSON schema (the setting, else LiteLLM's word)."""
+    mode = (endpoint.structured_output or "auto").lower()
+    if mode in ("on", "off"):
+        return mode == "on"
+    return _model_supports_schema(endpoint.model)
+
+
+def response_format_for(*, endpoint: LlmEndpoint, schema: dict | None, schema_name: str = "reply") -> dict:
+    if schema is None or not structured_output_on(endpoint=endpoint):
+        return {"type": "json_object"}
+    # Not strict: strict mode rejects schemas with optional keys or open objects, which the judges' schemas have.
+    name = _SCHEMA_NAME.sub("_", schema_name).strip("_")[:64] or "reply"
+    return {"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": False}}
+
+
+def llm_complete(*, endpoint: LlmEndpoint, messages: list[dict], usage: LlmUsage, schema: dict | None = None,
+                 schema_name: str = "reply", remaining: Callable[[], float] | None = None,
+                 runner: Callable[[Callable[[], Any], float], Any] | None = None) -> LlmReply:
+    """One JSON completion bounded by `max_tokens`, retrying transient failures; raises the provider's error
+    otherwise or once the retries are spent (clear.llm_errors.llm_error_cause names its cause), and LlmCallError
+    for a reply still cut by the length limit. Tokens and requests are added to `usage`.
+
+    `schema` (with `schema_name`) is the reply's JSON schema, sent in `response_format` where structured output is
+    on. `remaining()` gives the seconds left before the caller's deadline (and may raise to stop): each request's
     timeout and each wait are cut to it. `runner(call, timeout)` runs the request (e.g. in a thread the caller can
     abandon when cancelled); by default it runs here."""
     litellm = litellm_load()
-    attempt = 0
+    response_format = response_format_for(endpoint=endpoint, schema=schema, schema_name=schema_name)
+    max_tokens = endpoint.request_max_tokens()
+    ceiling = endpoint.max_tokens_ceiling or max_tokens * 2
+    failures = 0
+    widened = False
     while True:
-        attempt += 1
         timeout = endpoint.timeout if remaining is None else min(endpoint.timeout, remaining())
 
-        def call(timeout: float = timeout) -> Any:
-            extra = {"max_tokens": endpoint.max_tokens} if endpoint.max_tokens else {}
+        def call(timeout: float = timeout, max_tokens: int = max_tokens) -> Any:
             return litellm.completion(
                 model=endpoint.model, messages=messages, api_base=endpoint.api_base, api_key=endpoint.api_key,
-                response_format={"type": "json_object"}, temperature=endpoint.temperature, timeout=timeout,
-                num_retries=0, max_retries=0, drop_params=True, **extra,
+                response_format=response_format, temperature=endpoint.temperature, timeout=timeout,
+                max_tokens=max_tokens, num_retries=0, max_retries=0, drop_params=True,
             )
 
         usage.calls += 1
         try:
             response = runner(call, timeout) if runner is not None else call()
-        except (litellm.RateLimitError, litellm.Timeout) as error:
-            if attempt > endpoint.max_retries:
+        except Exception as error:
+            if llm_error_cause(error=error, litellm=litellm) not in TRANSIENT or failures >= endpoint.max_retries:
                 raise
-            wait = backoff_seconds(attempt=attempt, error=error)
+            failures += 1
+            wait = backoff_seconds(attempt=failures, error=error)
             sleep(wait if remaining is None else min(wait, remaining()))
             continue
-        return _reply(response=response, endpoint=endpoint, messages=messages, usage=usage)
+        reply = _reply(response=response, endpoint=endpoint, messages=messages, usage=usage)
+        if reply.finish_reason != "length":
+            return reply
+        # Cut by the output limit: the same request would be cut the same way, so only a larger limit is worth one.
+        larger = min(max_tokens * 2, ceiling)
+        if widened or larger <= max_tokens:
+            raise LlmCallError(cause=LENGTH, message=f"the reply was cut by the output token limit ({max_tokens} "
+                               f"tokens{', the ceiling' if larger <= max_tokens else ''})")
+        usage.notes.append(f"reply cut at {max_tokens} output tokens: asked again with {larger}")
+        max_tokens, widened = larger, True
 
 
 def _reply(*, response: Any, endpoint: LlmEndpoint, messages: list[dict], usage: LlmUsage) -> LlmReply:

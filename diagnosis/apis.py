@@ -24,7 +24,9 @@ from diagnosis.selectors import (
     rubric_get,
     rubric_list,
 )
-from diagnosis.services import diagnosis_run_cancel, diagnosis_run_start, rubric_create, rubric_delete, rubric_update
+from diagnosis.services import (
+    diagnosis_run_cancel, diagnosis_run_retry_errors, diagnosis_run_start, rubric_create, rubric_delete, rubric_update,
+)
 
 
 class RunOutputSerializer(serializers.ModelSerializer):
@@ -87,10 +89,23 @@ class RunProgressSerializer(serializers.Serializer):
     finished = serializers.BooleanField()
 
 
+class RunErrorGroupSerializer(serializers.Serializer):
+    cause = serializers.CharField(help_text="timeout, connection, rate_limit, server_error, invalid_output, "
+                                            "invalid_output:length, provider_error, judge_error, task_failed, …")
+    count = serializers.IntegerField()
+    judges = serializers.ListField(child=serializers.CharField())
+    traces = serializers.IntegerField()
+    example = serializers.CharField()
+
+
 class RunSummarySerializer(serializers.Serializer):
     feedback_by_status = serializers.DictField(child=serializers.IntegerField())
     failing_by_judge = serializers.DictField(child=serializers.IntegerField())
     failing_traces = serializers.IntegerField()
+    model_calls = serializers.IntegerField(help_text="judgements a model was asked for")
+    model_call_errors = serializers.IntegerField(help_text="of those, the ones that ended in an error")
+    errors_label = serializers.CharField(help_text='"finished with errors (N of M model calls)", or empty')
+    errors_by_cause = RunErrorGroupSerializer(many=True)
 
 
 def _run_progress(run: DiagnosisRun) -> dict:
@@ -201,7 +216,9 @@ class RunDetailApi(ProjectApi):
         def get_summary(self, run: DiagnosisRun) -> dict:
             summary = diagnosis_run_summary(project=run.project, run=run)
             return {"feedback_by_status": summary.feedback_by_status, "failing_by_judge": summary.failing_by_judge,
-                    "failing_traces": summary.failing_traces, "contrastive": summary.contrastive}
+                    "failing_traces": summary.failing_traces, "contrastive": summary.contrastive,
+                    "model_calls": summary.model_calls, "model_call_errors": summary.model_call_errors,
+                    "errors_label": summary.errors_label, "errors_by_cause": summary.errors_by_cause}
 
     @extend_schema(operation_id="runs_retrieve", responses=OutputSerializer)
     def get(self, request: Request, run_id) -> Response:
@@ -217,6 +234,18 @@ class RunCancelApi(ProjectApi):
     def post(self, request: Request, run_id) -> Response:
         run = diagnosis_run_get(project=self.project(request), run_id=run_id)
         return Response(RunApiOutputSerializer(diagnosis_run_cancel(run=run)).data)
+
+
+class RunRetryErrorsApi(ProjectApi):
+    """Start a run over the traces of a finished run whose judging errored (same judges, model, rubrics, budget).
+    400 when none errored or the run has not finished."""
+
+    @extend_schema(operation_id="runs_retry_errors", request=None, responses={201: RunApiOutputSerializer})
+    def post(self, request: Request, run_id) -> Response:
+        run = diagnosis_run_get(project=self.project(request), run_id=run_id)
+        retry = diagnosis_run_retry_errors(run=run)
+        retry.refresh_from_db()
+        return Response(RunApiOutputSerializer(retry).data, status=status.HTTP_201_CREATED)
 
 
 class FeedbackRowSerializer(FeedbackOutputSerializer):

@@ -10,6 +10,7 @@ urlpatterns = [
     path("api/v1/runs/", api_route(get=apis.RunListApi, post=apis.RunCreateApi), name="run-list"),
     path("api/v1/runs/<uuid:run_id>/", apis.RunDetailApi.as_view(), name="run-detail"),
     path("api/v1/runs/<uuid:run_id>/cancel/", apis.RunCancelApi.as_view(), name="run-cancel"),
+    path("api/v1/runs/<uuid:run_id>/retry-errors/", apis.RunRetryErrorsApi.as_view(), name="run-retry-errors"),
     # /api/v1/feedback/
     path("api/v1/feedback/", apis.FeedbackListApi.as_view(), name="feedback-list"),
     # /api/v1/rubrics/

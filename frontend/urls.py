@@ -42,6 +42,7 @@ urlpatterns = [
     path("p/<slug:slug>/runs/<uuid:run_id>/", views_runs.run_detail, name="run"),
     path("p/<slug:slug>/runs/<uuid:run_id>/status.json", views_runs.run_status, name="run-status"),
     path("p/<slug:slug>/runs/<uuid:run_id>/cancel/", views_runs.run_cancel, name="run-cancel"),
+    path("p/<slug:slug>/runs/<uuid:run_id>/retry-errors/", views_runs.run_retry_errors, name="run-retry-errors"),
     path("p/<slug:slug>/evolution/", views_evolution.job_list, name="evolution-jobs"),
     path("p/<slug:slug>/evolution/new/", views_evolution.evolve, name="evolution-new"),
     path("p/<slug:slug>/evolution/jobs/<int:job_id>/", views_evolution.job_detail, name="evolution-job"),

@@ -23,7 +23,7 @@ from diagnosis.selectors import insight_get
 from diagnosis.tickets.selectors import ticket_get
 from evolution.apis.jobs import artifact_response
 from evolution.backends import BACKENDS
-from evolution.models import TERMINAL_STATES, EvolutionJob, JobState
+from evolution.models import TERMINAL_STATES, EvolutionJob, JobState, StageRun
 from evolution.selectors import (
     evolution_artifact_get,
     evolution_job_artifacts,
@@ -303,6 +303,8 @@ def job_detail(request: HttpRequest, slug: str, job_id: int) -> HttpResponse:
     artifacts = list(evolution_job_artifacts(project=project, job=job))
     for stage in stages:
         stage.took_ms = (stage.finished_at - stage.started_at).total_seconds() * 1000 if stage.finished_at else None
+        if job.is_terminal and stage.status == StageRun.Status.RUNNING:  # a row left open by a process that died
+            stage.status = StageRun.Status.FAILED
     tasks, tasks_same = task_rows(shown.tasks) if shown is not None else ([], [])
     verdict = shown.verdict if shown is not None else None
     context = {

@@ -19,7 +19,7 @@ from diagnosis.selectors import (
     feedback_failing_list_for_run,
     rubric_list,
 )
-from diagnosis.services import diagnosis_run_cancel, diagnosis_run_start
+from diagnosis.services import diagnosis_run_cancel, diagnosis_run_retry_errors, diagnosis_run_start
 from diagnosis.services.judging import CONTRASTIVE_JUDGE, LLM_JUDGES, RULE_JUDGES, RUBRICS_ALIAS
 from frontend.forms import RunStartForm
 from frontend.pagination import keyset_page
@@ -160,3 +160,17 @@ def run_cancel(request: HttpRequest, slug: str, run_id) -> HttpResponse:
     else:
         messages.success(request, f"Run cancelled: {run.done_count} traces were judged, {run.skipped_count} skipped.")
     return redirect("frontend:run", slug=project.slug, run_id=run.pk)
+
+
+@login_required
+@require_POST
+def run_retry_errors(request: HttpRequest, slug: str, run_id) -> HttpResponse:
+    project = project_for(request, slug)
+    run = _run_for(project, run_id)
+    try:
+        retry = diagnosis_run_retry_errors(run=run, created_by=request.user)
+    except ClearError as exc:
+        messages.info(request, exc.message)
+        return redirect("frontend:run", slug=project.slug, run_id=run.pk)
+    messages.success(request, f"Re-judging the {retry.total_count} traces whose judging errored.")
+    return redirect("frontend:run", slug=project.slug, run_id=retry.pk)

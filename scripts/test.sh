@@ -42,6 +42,7 @@ fi
 # default (SQLite) in a fresh temporary var dir, as the demo runs. (tests/foundation/test_demo.py starts
 # scripts/demo.sh on both databases itself.)
 # (Not again: what does not touch the database's dialect, e.g. the span mapping, the layering, the deploy check.)
+# Also on SQLite: ingestion while a model call is outstanding (one write lock for the whole database there).
 SQLITE_TESTS=(tests/frontend tests/api tests/tickets tests/foundation/test_pages_access.py
               tests/foundation/test_api_keys.py tests/traces/test_ingest_otlp.py tests/traces/test_ingest_langfuse.py
               tests/traces/test_ingest_bad_input.py tests/traces/test_ingest_outbox.py tests/traces/test_import_traces.py
@@ -49,7 +50,8 @@ SQLITE_TESTS=(tests/frontend tests/api tests/tickets tests/foundation/test_pages
               tests/evolution/test_commands.py tests/traces/test_ingest_messy_input.py
               tests/traces/test_ingest_messy_scores.py tests/traces/test_ingest_health.py
               tests/traces/test_ingest_rejected_badge.py tests/traces/test_ingest_fuzz.py
-              tests/traces/test_changed_since_judged.py)
+              tests/traces/test_changed_since_judged.py
+              tests/diagnosis/test_model_wait_no_lock.py)
 # The two acceptance walks of evolution (issues 11 and 19: a real worker, trials and a hot swap, ~40 s each) run on
 # Postgres only; on SQLite the job pages are walked by the PR-mode browser test, the page tests and the demo walk.
 SQLITE_SKIP=(--deselect "tests/frontend/test_evolution_pages.py::test_issue_11_acceptance_evolve_hot_swap_and_the_next_release_fixes_the_insight"

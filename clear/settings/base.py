@@ -259,6 +259,14 @@ CLEAR_OUTCOME_SCORE_NAME = env_str("CLEAR_OUTCOME_SCORE_NAME", "outcome")
 CLEAR_JUDGE_MODEL = env_str("CLEAR_JUDGE_MODEL")
 CLEAR_JUDGE_API_BASE = env_str("CLEAR_JUDGE_API_BASE")
 CLEAR_JUDGE_API_KEY = env_str("CLEAR_JUDGE_API_KEY")
+# Every model call (judges, attribution, naming; evolution roles unless the backend config says otherwise) runs
+# under these: see clear/llm_limits.py for the per-kind output sizes below the max_tokens ceiling.
+CLEAR_JUDGE_TIMEOUT_SECONDS = env_float("CLEAR_JUDGE_TIMEOUT_SECONDS", 60.0)
+CLEAR_JUDGE_MAX_RETRIES = env_int("CLEAR_JUDGE_MAX_RETRIES", 3)
+CLEAR_JUDGE_MAX_TOKENS = env_int("CLEAR_JUDGE_MAX_TOKENS", 4096)
+CLEAR_JUDGE_STRUCTURED_OUTPUT = env_str("CLEAR_JUDGE_STRUCTURED_OUTPUT", "auto").strip().lower() or "auto"
+if CLEAR_JUDGE_STRUCTURED_OUTPUT not in ("auto", "on", "off"):
+    raise ImproperlyConfigured(f"CLEAR_JUDGE_STRUCTURED_OUTPUT={CLEAR_JUDGE_STRUCTURED_OUTPUT!r}: use auto, on or off")
 CLEAR_EMBEDDING_MODEL = env_str("CLEAR_EMBEDDING_MODEL")
 CLEAR_TRACE_QUIET_SECONDS = env_float("CLEAR_TRACE_QUIET_SECONDS", 30.0)
 

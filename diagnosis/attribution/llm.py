@@ -6,7 +6,7 @@
 * binary_search: ceil(log2(n)) calls, each asking which half of the remaining range holds the mistake, then one
   call naming the responsible agent of the step it narrowed down to.
 
-Each call goes through `call_json` (diagnosis/judges/llm/client.py): retries on 429 and timeouts only, JSON
+Each call goes through `call_json` (diagnosis/judges/llm/client.py): transient failures retried, JSON
 validated against the method's schema (plus checks: step numbers and agent names must exist in the log), exactly
 one repair request, and then status "error" — an invalid reply is recorded as an error, never as an answer.
 A tool step named as the decisive one is charged to the turn that issued the call (steps.author).
@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from clear.llm_limits import ATTRIBUTION_MAX_TOKENS
 from diagnosis.judges.llm.client import BudgetGate, CallOutcome, call_json
 from diagnosis.judges.llm.config import LlmJudgeConfig
 from diagnosis.judges.llm.render import CHARS_PER_TOKEN, cut_middle
@@ -61,6 +62,8 @@ class LlmAttribution:
     def fail(self, outcome: CallOutcome, where: str) -> "LlmAttribution":
         self.status, self.step, self.agent = "error", None, ""
         self.error = f"{where}: {outcome.error or 'the call failed'}"[:1000]
+        if outcome.status != "skipped":  # a budget stop is not a failed model call
+            self.details["cause"] = outcome.cause or "invalid_output"
         return self
 
 
@@ -101,7 +104,7 @@ def _agent_check(agents: dict[str, str]):
 
 def _call(method: str, payload: dict, config: LlmJudgeConfig, gate: BudgetGate, check=None) -> CallOutcome:
     return call_json(judge=method, messages=messages_for(method, payload), schema=SCHEMAS[method], config=config,
-                     gate=gate, check=check, output_estimate=300)
+                     gate=gate, check=check, output_estimate=300, max_tokens=ATTRIBUTION_MAX_TOKENS)
 
 
 def all_at_once(goal: str, steps: list[Step], config: LlmJudgeConfig) -> LlmAttribution:

@@ -5,10 +5,11 @@ size, traces, nodes and the medoid quoted, c-TF-IDF terms); the root cause says 
 quotes the medoid, the recommendation is built from the medoid and the distinctive terms.
 
 With a model (the run's `model`, else settings.CLEAR_JUDGE_MODEL; CLEAR_JUDGE_API_BASE / CLEAR_JUDGE_API_KEY), one
-call per cluster through the shared LLM client (clear/llm.py: 429s and timeouts retried once, one repair request)
-returns {title, description, root_cause, recommendation} as JSON, validated with the LLM judges' schema validator
-and cached in the judge cache (a re-run on the same statements makes no call). Any failure keeps the offline name:
-the library catches the namer's exceptions.
+call per cluster through the shared LLM client (clear/llm.py: transient failures retried once, one repair request;
+max_tokens NAMING_MAX_TOKENS, the schema in response_format per CLEAR_JUDGE_STRUCTURED_OUTPUT; timeout and
+ceiling from CLEAR_JUDGE_*) returns {title, description, root_cause, recommendation} as JSON, validated with the
+LLM judges' schema validator and cached in the judge cache (a re-run on the same statements makes no call). Any
+failure keeps the offline name: the library catches the namer's exceptions.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from django.conf import settings
 
 from clear.llm import Check, LlmEndpoint, LlmUsage, llm_complete, llm_json_complete
+from clear.llm_limits import NAMING_MAX_TOKENS, llm_limits_from_settings, max_tokens_capped
 from diagnosis.services.cache import judge_cache_get, judge_cache_key, judge_cache_put
 
 logger = logging.getLogger(__name__)
@@ -30,8 +32,7 @@ PROMPT_VERSION = "naming-v1"
 MAX_EXAMPLES = 8
 MAX_FAILURES = 3  # consecutive failed calls after which a build stops asking (an unreachable or broken endpoint)
 MAX_ERRORS = 5  # error texts kept for the build summary
-TIMEOUT_S = 60.0
-MAX_RETRIES = 1  # naming is optional: a provider that keeps refusing costs the build little time
+MAX_RETRIES = 1  # at most (CLEAR_JUDGE_MAX_RETRIES if lower): naming is optional, a failing provider costs little
 
 NAMING_SCHEMA = {
     "type": "object",
@@ -79,17 +80,22 @@ def offline_recommendation(*, medoid: str, terms: list[str], node: str) -> str:
     return f"Fix the behaviour{focus} that makes judges report: \u201c{medoid}\u201d.{key}"
 
 
-def llm_namer_build(*, model: str, usage: NamingUsage, wanted: set[str] | None = None):
+def llm_namer_build(*, model: str, usage: NamingUsage, wanted: set[str] | None = None, cache_only: bool = False):
     """An LLMNamer for diagnosis.clustering.name_clusters, or None without a model. `wanted`: the cluster ids to
-    offer to the model (others keep the offline name without a call); None = all."""
+    offer to the model (others keep the offline name without a call); None = all. `cache_only`: names from the
+    judge cache only, never a call (a miss keeps the offline name), for use under a lock: the build asks the model
+    before it takes one (services/insights.py)."""
     if not model:
         return None
     from diagnosis.clustering import ClusterName
     from diagnosis.judges.llm.schema import validate
 
+    limits = llm_limits_from_settings()
     endpoint = LlmEndpoint(model=model, api_base=getattr(settings, "CLEAR_JUDGE_API_BASE", "") or None,
-                           api_key=getattr(settings, "CLEAR_JUDGE_API_KEY", "") or None, timeout=TIMEOUT_S,
-                           max_retries=MAX_RETRIES)
+                           api_key=getattr(settings, "CLEAR_JUDGE_API_KEY", "") or None, timeout=limits.timeout,
+                           max_retries=min(MAX_RETRIES, limits.max_retries),
+                           max_tokens=max_tokens_capped(wanted=NAMING_MAX_TOKENS, ceiling=limits.max_tokens),
+                           max_tokens_ceiling=limits.max_tokens, structured_output=limits.structured_output)
 
     def namer(request):
         cluster = request.cluster
@@ -108,6 +114,8 @@ def llm_namer_build(*, model: str, usage: NamingUsage, wanted: set[str] | None =
         value = hit.get("output") if isinstance(hit, dict) else None
         if isinstance(value, dict) and not validate(value, NAMING_SCHEMA):
             usage.cached += 1
+        elif cache_only:
+            return None
         else:
             value = _call(endpoint=endpoint, messages=messages, usage=usage,
                           check=lambda reply: validate(reply, NAMING_SCHEMA))
@@ -130,7 +138,8 @@ def _call(*, endpoint: LlmEndpoint, messages: list[dict], usage: NamingUsage, ch
     try:
         reply = llm_json_complete(
             messages=messages, check=check,
-            complete=lambda conversation: llm_complete(endpoint=endpoint, messages=conversation, usage=usage))
+            complete=lambda conversation: llm_complete(endpoint=endpoint, messages=conversation, usage=usage,
+                                                       schema=NAMING_SCHEMA, schema_name=NAMING_JUDGE))
     except Exception as exc:  # noqa: BLE001 - naming is optional: the offline name stays
         _failed(usage=usage, model=endpoint.model, error=f"{type(exc).__name__}: {str(exc)[:200]}")
         return None

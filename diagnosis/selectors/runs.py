@@ -6,6 +6,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from django.db.models import Count, QuerySet, Sum
+from django.db.models.fields.json import KT
 
 from clear.projects.models import Project
 from diagnosis.errors import DiagnosisRunNotFoundError
@@ -42,6 +43,43 @@ class RunSummary:
     errors: int = 0
     dropped_evidence: int = 0
     contrastive: dict | None = None  # the run-level contrastive judge's report: status, reason, findings
+    model_calls: int = 0  # judgements a model was asked for (feedback with a model)
+    model_call_errors: int = 0  # of those, the ones that ended in an error
+    errors_by_cause: list[dict] = field(default_factory=list)  # run_errors_by_cause
+
+    @property
+    def errors_label(self) -> str:
+        """"finished with errors (N of M model calls)" for a run that succeeded with some, else ""."""
+        if not self.errors:
+            return ""
+        if self.model_calls:
+            return f"finished with errors ({self.model_call_errors} of {self.model_calls} model calls)"
+        return f"finished with errors ({self.errors})"
+
+
+def run_errors_by_cause(*, project: Project, run: DiagnosisRun) -> list[dict]:
+    """The run's errors grouped by cause (timeout, connection, invalid_output, …), most frequent first: one row per
+    cause with its count, the judges and traces it touched and one example, instead of one line per step."""
+    groups: dict[str, dict] = {}
+    rows = (Feedback.objects.filter(project=project, run=run, status=Feedback.Status.ERROR)
+            .annotate(cause=KT("details__cause")).values_list("cause", "judge", "trace_id", "error")
+            .order_by("pk").iterator(chunk_size=2000))
+    for cause, judge, trace_pk, error in rows:
+        group = groups.setdefault(cause or "judge_error", {"count": 0, "judges": set(), "traces": set(),
+                                                           "example": error[:300]})
+        group["count"] += 1
+        group["judges"].add(judge)
+        group["traces"].add(trace_pk)
+    # A trace whose task kept crashing has no feedback row: its entry in run.errors is all there is.
+    for entry in run.errors or []:
+        if entry.get("cause") == "task_failed":
+            group = groups.setdefault("task_failed", {"count": 0, "judges": set(), "traces": set(),
+                                                      "example": str(entry.get("error", ""))[:300]})
+            group["count"] += 1
+            group["traces"].add(entry.get("trace_id"))
+    return [{"cause": cause, "count": g["count"], "judges": sorted(g["judges"]), "traces": len(g["traces"]),
+             "example": g["example"]}
+            for cause, g in sorted(groups.items(), key=lambda item: (-item[1]["count"], item[0]))]
 
 
 def diagnosis_run_summary(*, project: Project, run: DiagnosisRun) -> RunSummary:
@@ -56,6 +94,9 @@ def diagnosis_run_summary(*, project: Project, run: DiagnosisRun) -> RunSummary:
         failing_traces=failing.values("trace_id").distinct().count(),
         input_tokens=run.input_tokens, output_tokens=run.output_tokens, cost=run.cost, errors=run.error_count,
         dropped_evidence=run.dropped_evidence, contrastive=(run.config or {}).get("contrastive"),
+        model_calls=feedback.exclude(model="").count(),
+        model_call_errors=feedback.exclude(model="").filter(status=Feedback.Status.ERROR).count(),
+        errors_by_cause=run_errors_by_cause(project=project, run=run) if run.error_count else [],
     )
 
 

@@ -4,6 +4,7 @@ from diagnosis.services.cache import judge_cache_get, judge_cache_key, judge_cac
 from diagnosis.services.continuous import continuous_tick
 from diagnosis.services.evidence import evidence_verify
 from diagnosis.services.rubrics import rubric_create, rubric_delete, rubric_update
+from diagnosis.services.run_start import diagnosis_run_retry_errors
 from diagnosis.services.runs import (
     diagnosis_run_begin,
     diagnosis_run_cancel,
@@ -25,6 +26,7 @@ __all__ = [
     "diagnosis_run_dispatch",
     "diagnosis_run_execute",
     "diagnosis_run_fail",
+    "diagnosis_run_retry_errors",
     "diagnosis_run_start",
     "diagnosis_runs_sweep",
     "evidence_verify",

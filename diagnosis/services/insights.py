@@ -3,9 +3,9 @@
 `insights_run_request` is called when a run reaches succeeded / budget_exhausted: it marks the run queued and sends
 `diagnosis.build_insights` after commit (runs executed in-process are built by their caller). `insights_build` claims
 the run with a conditional update on `insights_status` (so a redelivered task does nothing), then: statements from
-the run's problem feedback → vectors (database cache) → clusters per node and system-wide → identity against the
-project's insights under the project row's lock → names → rows. `insights_sweep` re-sends builds whose message was
-lost or whose worker died.
+the run's problem feedback → vectors (database cache) → clusters per node and system-wide → the model's names into
+the judge cache, with no transaction open → identity against the project's insights under the project row's lock →
+names (from the cache only) → rows. `insights_sweep` re-sends builds whose message was lost or whose worker died.
 """
 
 from __future__ import annotations
@@ -85,6 +85,17 @@ def _known(*, project_id: int, model_id: str) -> list[Known]:
             for pk, level, node, raw, fp, merged, split in rows if raw]
 
 
+def _groups(*, project_id: int, model_id: str, clusters: list, fingerprints: dict[str, str],
+            rows_of: dict[str, list[int]], vectors, other_rows: dict) -> tuple[list, set[str]]:
+    """The run's groups against the project's insights as they are now, and the ids of the groups to offer to the
+    model: not an "other" bucket, not an insight the model has named already."""
+    groups = groups_assign(clusters=clusters, fingerprints=fingerprints, rows_of=rows_of, vectors=vectors,
+                           known=_known(project_id=project_id, model_id=model_id), other_rows=other_rows)
+    llm_named = set(Insight.objects.filter(pk__in=[g.insight_id for g in groups if g.insight_id],
+                                           naming_source="llm").values_list("pk", flat=True))
+    return groups, {f"g{i}" for i, g in enumerate(groups) if not g.is_other and g.insight_id not in llm_named}
+
+
 def _forget_run(run: DiagnosisRun) -> None:
     InsightEvidence.objects.filter(run=run).delete()
     InsightStatement.objects.filter(run=run).delete()
@@ -150,19 +161,28 @@ def _build(run: DiagnosisRun, *, rebuild: bool) -> dict:
                 raw_fingerprints[cluster.id] = fingerprint(names[cluster.id].terms, cluster.node, cluster.level)
     traces = judged_traces(run)
     usage = NamingUsage()
+    model = naming_model(run_model=run.model)
+    medoids = {c.id: c.medoid_id for c in clusters}
+
+    def grouped() -> tuple[list, set[str]]:
+        return _groups(project_id=run.project_id, model_id=embedder.model_id, clusters=clusters,
+                       fingerprints=raw_fingerprints, rows_of=rows_of, vectors=vectors, other_rows=other_rows)
+
+    if model:
+        # The model is asked before the project's lock is taken, with no transaction open: a name can take minutes,
+        # and on SQLite any write transaction holds the database's one write lock, so ingestion and every task
+        # would wait on the model (issue 25). The names land in the judge cache, where the locked pass below reads
+        # them without calling; a group that another build changed in between keeps its offline name until the next.
+        groups, wanted = grouped()
+        groups_name(groups=groups, drafts=drafts, vectors=vectors, medoids=medoids,
+                    llm=llm_namer_build(model=model, usage=usage, wanted=wanted))
     with transaction.atomic():
         Project.objects.select_for_update().filter(pk=run.project_id).first()  # one writer of insights per project
         if rebuild:
             _forget_run(run)
-        groups = groups_assign(clusters=clusters, fingerprints=raw_fingerprints, rows_of=rows_of, vectors=vectors,
-                               known=_known(project_id=run.project_id, model_id=embedder.model_id),
-                               other_rows=other_rows)
-        llm_named = set(Insight.objects.filter(pk__in=[g.insight_id for g in groups if g.insight_id],
-                                               naming_source="llm").values_list("pk", flat=True))
-        wanted = {f"g{i}" for i, g in enumerate(groups) if not g.is_other and g.insight_id not in llm_named}
-        namer = llm_namer_build(model=naming_model(run_model=run.model), usage=usage, wanted=wanted)
-        names = groups_name(groups=groups, drafts=drafts, vectors=vectors, llm=namer,
-                            medoids={c.id: c.medoid_id for c in clusters})
+        groups, wanted = grouped()
+        namer = llm_namer_build(model=model, usage=NamingUsage(), wanted=wanted, cache_only=True)
+        names = groups_name(groups=groups, drafts=drafts, vectors=vectors, llm=namer, medoids=medoids)
         fingerprints = {i: fingerprint(name.terms, groups[i].node, groups[i].level) for i, (_, name) in names.items()}
         data = RunData(run=run, drafts=drafts, keys=keys, vectors=vectors, traces=traces, model_id=embedder.model_id)
         written = insights_write(data=data, groups=groups, names=names, fingerprints=fingerprints)
@@ -177,7 +197,7 @@ def _build(run: DiagnosisRun, *, rebuild: bool) -> dict:
             "clusters": len(clusters), "insights": len(written.new) + len(written.matched), "new": len(written.new),
             "matched": len(written.matched), "reopened": len(written.reopened), "other_statements": written.other,
             "evidence": written.evidence, "links": written.links, "dropped": dropped,
-            "naming": {"model": namer and naming_model(run_model=run.model) or "", "calls": usage.calls,
+            "naming": {"model": model, "calls": usage.calls,
                        "cached": usage.cached, "failed": usage.failed, "input_tokens": usage.input_tokens,
                        "output_tokens": usage.output_tokens, "errors": usage.errors},
             "seconds": round(time.monotonic() - started, 2),

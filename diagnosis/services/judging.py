@@ -8,7 +8,6 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 
-from django.conf import settings
 from django.db.models import F
 
 from diagnosis import conf
@@ -182,10 +181,9 @@ def llm_results(*, run: DiagnosisRun, trace: TraceView, plan: JudgePlan) -> tupl
     budget = RunBudget(run)
     options = run.config or {}
     try:
-        config = LlmJudgeConfig(
+        # from_settings: the endpoint, timeout, retries, max_tokens ceiling and structured-output mode (CLEAR_JUDGE_*)
+        config = LlmJudgeConfig.from_settings(
             model=plan.model,
-            api_base=getattr(settings, "CLEAR_JUDGE_API_BASE", "") or None,
-            api_key=getattr(settings, "CLEAR_JUDGE_API_KEY", "") or None,
             step_judges="llm.step" in plan.llm_judges,
             trace_judge="llm.trace" in plan.llm_judges,
             generated_rubrics=bool(options.get("generated_rubrics", False)),
@@ -288,7 +286,9 @@ def feedback_write(*, run: DiagnosisRun, trace_pk: int, trace_id: str, results: 
         totals.cost += values["cost"]
         totals.dropped += dropped.get(index, 0)
         if values["status"] == "error":
-            totals.errors.append({"trace_id": trace_id, "judge": result.judge, "error": values["error"][:500]})
+            # The cause (clear/llm_errors.py) lets the run group its errors; a judge that is not a model call has none.
+            totals.errors.append({"trace_id": trace_id, "judge": result.judge, "error": values["error"][:500],
+                                  "cause": str(values["details"].get("cause") or "judge_error")})
     Feedback.objects.bulk_create(rows, ignore_conflicts=True, batch_size=500)
     return totals
 

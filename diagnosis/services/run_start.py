@@ -162,3 +162,24 @@ def run_start_send(run_id) -> None:
         start_diagnosis_run_task.delay(str(run_id))
     except Exception:  # noqa: BLE001 - the sweep re-sends runs left queued
         logger.exception("diagnosis.enqueue_failed run=%s", run_id)
+
+
+def diagnosis_run_retry_errors(*, run: DiagnosisRun, created_by=None, enqueue: bool = True) -> DiagnosisRun:
+    """A new run over the traces of `run` whose judging errored (a model call failed, or the trace's task kept
+    crashing), with the same judges, model, rubrics and budget: after a provider outage, only those are paid for
+    again."""
+    from diagnosis.models import Feedback
+
+    if not run.is_finished:
+        raise DiagnosisRunInvalidError(f"Run {run.pk} is still {run.status}; re-judge its errors once it has finished.")
+    pks = set(Feedback.objects.filter(run=run, status=Feedback.Status.ERROR).values_list("trace_id", flat=True))
+    trace_ids = set(Trace.objects.filter(project=run.project, pk__in=pks).values_list("trace_id", flat=True))
+    trace_ids |= {str(e["trace_id"]) for e in run.errors or [] if e.get("cause") == "task_failed" and e.get("trace_id")}
+    if not trace_ids:
+        raise DiagnosisRunInvalidError(f"Run {run.pk} has no trace whose judging errored: nothing to re-judge.")
+    return diagnosis_run_start(
+        project=run.project, trace_ids=sorted(trace_ids), judges=list(run.judges), model=run.model,
+        rubric_ids=run.rubric_ids if run.rubric_ids == "all" else list(run.rubric_ids or []),
+        budget_tokens=run.budget_tokens, budget_cost=run.budget_cost, created_by=created_by,
+        name=f"Re-judge the errors of {run.name or str(run.pk)[:8]}"[:200], config={"retry_of": str(run.pk)},
+        enqueue=enqueue, purpose=run.purpose)

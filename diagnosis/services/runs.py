@@ -21,7 +21,7 @@ from diagnosis import conf
 from diagnosis.errors import DiagnosisRunFinishedError
 from diagnosis.facts import diagnosis_run_finished_publish
 from diagnosis.judges.rules.outliers import node_stats_compute
-from diagnosis.models import DiagnosisRun, RunTrace
+from diagnosis.models import DiagnosisRun, Feedback, RunTrace
 from diagnosis.services.judging import (
     budget_exceeded,
     feedback_write,
@@ -188,15 +188,33 @@ def run_finish_if_complete(*, run_id) -> bool:
     # Run-level judges see every judged trace; before the run is marked finished, so its feedback counts with the
     # rest and is there when the insights are built (either path: the build is requested below).
     contrastive_run_judge_safely(run_id=run_id)
+    status, message = _final_status(run_id=run_id)
     with transaction.atomic():
         finished = DiagnosisRun.objects.filter(pk=run_id, status=Status.RUNNING, continuous=False).update(
-            status=Status.SUCCEEDED, finished_at=timezone.now())
+            status=status, finished_at=timezone.now(), failure_message=message)
         if finished:
             diagnosis_run_finished_publish(run_id=run_id)
     if finished:
-        logger.info("diagnosis.run_succeeded run=%s", run_id)
+        logger.info("diagnosis.run_finished run=%s status=%s", run_id, status)
     _insights_request(run_id)
     return bool(finished)
+
+
+def _final_status(*, run_id) -> tuple[str, str]:
+    """Succeeded when any judge produced a verdict (errors beside them are shown as "finished with errors");
+    failed when there were errors and not one verdict: every model call failed, and no rule judge ran."""
+    run = DiagnosisRun.objects.get(pk=run_id)
+    if not run.error_count or Feedback.objects.filter(run_id=run_id, status=Feedback.Status.OK).exists():
+        return Status.SUCCEEDED, ""
+    from diagnosis.selectors.runs import run_errors_by_cause
+
+    groups = run_errors_by_cause(project=run.project, run=run)
+    model_feedback = Feedback.objects.filter(run_id=run_id).exclude(model="")
+    calls, errored = model_feedback.count(), model_feedback.filter(status=Feedback.Status.ERROR).count()
+    by_cause = ", ".join(f"{group['cause']} {group['count']}" for group in groups)
+    what = f"{errored} of {calls} model calls failed" if calls else f"{run.error_count} judge errors"
+    return Status.FAILED, (f"No judge produced a verdict: {what} ({by_cause}). Fix the cause, then re-judge these "
+                           "traces (diagnose --retry-errors, or Re-judge errored traces on the run page).")
 
 
 def _insights_request(run_id) -> None:

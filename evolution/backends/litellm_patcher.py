@@ -8,8 +8,13 @@ with those problems in RoleResult.error and the workdir untouched. The call, its
 repair request are the shared LLM client's (clear/llm.py); this backend adds the deadline and cancel().
 
 Config: model (required; a LiteLLM model string), api_base, api_key_env (the variable holding the key, read from the
-request's env, else the process env), temperature (0), max_tokens, max_retries (3: 429s and timeouts only),
-max_files (8), max_file_bytes (100 000), max_total_bytes (300 000), max_listing (400), max_edit_files (20).
+request's env, else the process env), temperature (0), max_files (8), max_file_bytes (100 000), max_total_bytes
+(300 000), max_listing (400), max_edit_files (20), and the model-call limits, which take precedence over the
+CLEAR_JUDGE_* settings they default to (clear/llm_limits.py): max_tokens (every request's size; default the role's
+size, EVOLUTION_ROLE_MAX_TOKENS, under the ceiling), max_tokens_ceiling (how far a reply cut by the limit may be
+asked again: CLEAR_JUDGE_MAX_TOKENS, at least max_tokens), max_retries (CLEAR_JUDGE_MAX_RETRIES: connection errors,
+5xx, 429s and timeouts), structured_output (auto|on|off, CLEAR_JUDGE_STRUCTURED_OUTPUT: the role's reply schema in
+response_format).
 """
 
 from __future__ import annotations
@@ -28,10 +33,14 @@ from pathlib import Path
 from typing import Any
 
 from clear.llm import LlmEndpoint, LlmReply, LlmUsage, cost_usd, litellm_load, llm_complete, llm_json_complete
+from clear.llm_errors import llm_error_cause
+from clear.llm_limits import (EVOLUTION_ROLE_MAX_TOKENS, llm_limits_from_settings, max_tokens_capped,
+                              structured_output_mode)
 from evolution.errors import BackendError
 
 from .base import Access, CodingBackend, Preflight, RoleRequest, RoleResult
 from .key_env import api_key_env_check
+from .litellm_clients import litellm_clients_closed
 from .litellm_context import repo_context_build
 from .litellm_edits import EDIT_INSTRUCTIONS, EDITS_PROPERTY, edits_apply, edits_parse, edits_plan
 from .schemas import output_validate
@@ -40,7 +49,8 @@ PREFLIGHT_TIMEOUT_S = 5.0
 EXIT_FAILED = 1
 EXIT_TIMED_OUT = 124
 _INT_KEYS = {"max_files": 8, "max_file_bytes": 100_000, "max_total_bytes": 300_000, "max_listing": 400,
-             "max_edit_files": 20, "max_retries": 3}
+             "max_edit_files": 20, "max_retries": None}  # None: the CLEAR_JUDGE_* setting
+ROLE_MAX_TOKENS_OTHER = 2048  # a role missing from EVOLUTION_ROLE_MAX_TOKENS
 
 
 class _Stopped(Exception):
@@ -60,9 +70,10 @@ class LiteLLMPatcherBackend(CodingBackend):
         if self.api_key_env is not None and not isinstance(self.api_key_env, str):
             raise BackendError("litellm backend: config 'api_key_env' must be the name of an environment variable")
         api_key_env_check(name=self.api_key_env, backend=self.name)
+        settings_limits = llm_limits_from_settings()
         self.limits: dict[str, int] = {}
         for key, default in _INT_KEYS.items():
-            value = config.get(key, default)
+            value = config.get(key, settings_limits.max_retries if default is None else default)
             if isinstance(value, bool) or not isinstance(value, int) or value < (0 if key == "max_retries" else 1):
                 raise BackendError(f"litellm backend: config {key!r} must be a positive integer, got {value!r}")
             self.limits[key] = value
@@ -73,6 +84,16 @@ class LiteLLMPatcherBackend(CodingBackend):
         if self.max_tokens is not None and (not isinstance(self.max_tokens, int) or self.max_tokens < 1):
             raise BackendError(f"litellm backend: config 'max_tokens' must be a positive integer, got "
                                f"{self.max_tokens!r}")
+        ceiling = config.get("max_tokens_ceiling")
+        if ceiling is not None and (isinstance(ceiling, bool) or not isinstance(ceiling, int) or ceiling < 1):
+            raise BackendError(f"litellm backend: config 'max_tokens_ceiling' must be a positive integer, got "
+                               f"{ceiling!r}")
+        self.max_tokens_ceiling: int = max(ceiling or settings_limits.max_tokens, self.max_tokens or 0)
+        try:
+            self.structured_output = structured_output_mode(
+                value=config.get("structured_output", settings_limits.structured_output), name="structured_output")
+        except ValueError as error:
+            raise BackendError(f"litellm backend: config {error}") from error
         self._cancelled = threading.Event()
 
     # -- preflight ---------------------------------------------------------------------------------------------
@@ -115,11 +136,13 @@ class LiteLLMPatcherBackend(CodingBackend):
         request.log_dir.mkdir(parents=True, exist_ok=True)
         transcript = request.log_dir / f"{request.role}-i{request.iteration}-r{request.round}.litellm.jsonl"
         run = _Run(backend=self, request=request, started=started, transcript=transcript)
-        try:
-            return run.execute()
-        except _Stopped as stop:
-            return run.result(exit_code=EXIT_TIMED_OUT if stop.timed_out else EXIT_FAILED, error=str(stop),
-                              timed_out=stop.timed_out)
+        # The role is the unit of use of its connections: none outlives it (see litellm_clients).
+        with litellm_clients_closed():
+            try:
+                return run.execute()
+            except _Stopped as stop:
+                return run.result(exit_code=EXIT_TIMED_OUT if stop.timed_out else EXIT_FAILED, error=str(stop),
+                                  timed_out=stop.timed_out)
 
 
 def _env_value(name: str, request_env: Mapping[str, str]) -> str:
@@ -230,21 +253,24 @@ class _Run:
         return remaining
 
     def _complete(self, messages: list[dict]) -> LlmReply:
-        """One completion (429s and timeouts retried by the client) cut by cancel() and the role's deadline."""
-        backend = self.backend
+        """One completion (transient failures retried by the client) cut by cancel() and the role's deadline."""
+        backend, role = self.backend, str(self.request.role)
+        size = backend.max_tokens or max_tokens_capped(
+            wanted=EVOLUTION_ROLE_MAX_TOKENS.get(role, ROLE_MAX_TOKENS_OTHER), ceiling=backend.max_tokens_ceiling)
         endpoint = LlmEndpoint(
             model=backend.model, api_base=backend.api_base, temperature=backend.temperature,
             api_key=_env_value(backend.api_key_env, self.request.env) if backend.api_key_env else None,
-            timeout=self.request.timeout_s, max_retries=backend.limits["max_retries"], max_tokens=backend.max_tokens,
+            timeout=self.request.timeout_s, max_retries=backend.limits["max_retries"], max_tokens=size,
+            max_tokens_ceiling=backend.max_tokens_ceiling, structured_output=backend.structured_output,
         )
         try:
-            reply = llm_complete(endpoint=endpoint, messages=messages, usage=self.usage, remaining=self._remaining,
-                                 runner=self._wait)
+            reply = llm_complete(endpoint=endpoint, messages=messages, usage=self.usage, schema=self.schema,
+                                 schema_name=f"evolution_{role}", remaining=self._remaining, runner=self._wait)
         except _Stopped:
             raise
         except Exception as error:  # noqa: BLE001 - a provider error fails the role with its message
-            raise _Stopped(f"model call failed: {type(error).__name__}: {str(error)[:500]}",
-                           timed_out=isinstance(error, litellm_load().Timeout)) from error
+            raise _Stopped(f"model call failed ({llm_error_cause(error=error)}): {type(error).__name__}: "
+                           f"{str(error)[:500]}", timed_out=isinstance(error, litellm_load().Timeout)) from error
         self.model = reply.model
         # LiteLLM's own cost first: it knows provider details (cached or reasoning tokens) the table does not.
         cost = reply.provider_cost

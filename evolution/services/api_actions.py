@@ -4,6 +4,8 @@ be read reported as a bad `source` (the client's mistake) rather than a server e
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from django.db import transaction
 
 from clear.errors import ClearError, ConflictError
@@ -11,9 +13,12 @@ from evolution.errors import EvolutionConfigInvalid, GitError
 from evolution.models import EvolutionJob, EvolutionTarget, JobState
 from evolution.services.confinement import git_error_reason, script_path_check
 from evolution.services.jobs import (
-    _target_idle_check, audit, evolution_job_consent, evolution_job_discard, evolution_job_start,
+    _target_idle_check, audit, evolution_job_consent, evolution_job_discard, evolution_job_start, job_backend_preflight,
 )
 from evolution.services.targets import evolution_target_add
+
+if TYPE_CHECKING:
+    from evolution.backends import Preflight
 
 MODES = ("pr", "hot_swap")
 
@@ -66,7 +71,7 @@ class FixExistsError(ConflictError):
 
 def evolution_job_create(*, project, target: EvolutionTarget, insight, backend_name: str, backend_config: dict,
                          depth: str = "standard", mode: str = "pr", ticket=None, created_by=None,
-                         confirm: bool = False) -> EvolutionJob:
+                         confirm: bool = False, preflight: Preflight | None = None) -> EvolutionJob:
     """Start a job and record how its approved candidate is promoted: `pr` (a branch pushed for review) or
     `hot_swap` (a release swapped in with a health check, which needs the target's `hot_swap` config section).
 
@@ -101,10 +106,13 @@ def evolution_job_create(*, project, target: EvolutionTarget, insight, backend_n
         except (GitError, ClearError) as exc:
             raise EvolutionConfigInvalid(f"The live release of {target.name!r} cannot be recorded: {exc.message}",
                                          extra={"fields": {"mode": exc.message}}) from exc
+    if preflight is None:  # before the transaction: the check may wait on the model server
+        preflight = job_backend_preflight(backend_name=backend_name, backend_config=backend_config)
     with transaction.atomic():
         # The first stage is sent on commit, so the mode and the base are set before any stage reads them.
         job = evolution_job_start(project=project, target=target, insight=insight, backend_name=backend_name,
-                                  backend_config=backend_config, depth=depth, ticket=ticket, created_by=created_by)
+                                  backend_config=backend_config, depth=depth, ticket=ticket, created_by=created_by,
+                                  preflight=preflight)
         job.config_snapshot = {**job.config_snapshot, "mode": mode}
         fields = ["config_snapshot", "updated_at"]
         if base is not None and base.commit:
@@ -119,6 +127,8 @@ def evolution_job_create(*, project, target: EvolutionTarget, insight, backend_n
 def evolution_job_restart(*, job: EvolutionJob, user) -> EvolutionJob:
     """Start again from the live release: discard the candidate of a job awaiting consent (or take an ended job)
     and start the same job (insight, ticket, target, backend, depth, mode) on what is live now."""
+    # Before the transaction: the backend's check may wait on the model server.
+    preflight = job_backend_preflight(backend_name=job.backend_name, backend_config=job.backend_config)
     with transaction.atomic():
         if job.state == JobState.AWAITING_CONSENT:
             evolution_job_discard(job=job, user=user)
@@ -128,7 +138,7 @@ def evolution_job_restart(*, job: EvolutionJob, user) -> EvolutionJob:
         new = evolution_job_create(
             project=job.project, target=job.target, insight=job.insight, ticket=job.ticket,
             backend_name=job.backend_name, backend_config=job.backend_config, depth=job.depth, mode=job_mode(job),
-            created_by=user, confirm=True)
+            created_by=user, confirm=True, preflight=preflight)
         audit(job=new, actor=f"user:{user.pk}", event="restarted_from", data={"job": job.pk})
     return new
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
@@ -13,7 +14,12 @@ from clear.errors import ConflictError, NotFoundError
 from evolution.config import job_policy_build, target_config_validate
 from evolution.errors import EvolutionError
 from evolution.facts import evolution_job_state_changed_publish
-from evolution.models import TERMINAL_STATES, AuditEvent, EvolutionJob, EvolutionTarget, JobState
+from evolution.models import (
+    TERMINAL_STATES, AuditEvent, EvolutionJob, EvolutionTarget, Iteration, JobState, StageRun,
+)
+
+if TYPE_CHECKING:
+    from evolution.backends import Preflight
 
 logger = logging.getLogger(__name__)
 
@@ -55,8 +61,9 @@ class TargetBusyError(ConflictError):
 
 
 def job_transition(*, job_id: int, from_states: Iterable[str], to_state: str, actor: str, event: str,
-                   data: dict | None = None, **fields) -> EvolutionJob:
-    """Move a job between states under its row lock; the audit event is written in the same transaction."""
+                   data: dict | None = None, keep_stage_id: int | None = None, **fields) -> EvolutionJob:
+    """Move a job between states under its row lock; the audit event is written in the same transaction.
+    `keep_stage_id`: the stage making the move, which its runner closes itself (not as failed with the job)."""
     from_states = {str(s) for s in from_states}
     with transaction.atomic():
         job = EvolutionJob.objects.select_for_update().filter(pk=job_id).first()
@@ -80,6 +87,8 @@ def job_transition(*, job_id: int, from_states: Iterable[str], to_state: str, ac
         if job.state in TERMINAL_STATES and job.finished_at is None:
             job.finished_at = now
         job.save()
+        if job.state in TERMINAL_STATES:
+            _open_work_close(job=job, now=now, keep_stage_id=keep_stage_id)
         AuditEvent.objects.create(job=job, actor=actor, event=event, from_state=previous, to_state=job.state,
                                   data={**(data or {}), "state_version": job.state_version})
         # Webhooks (and any other subscriber) are told after this transaction commits.
@@ -89,6 +98,17 @@ def job_transition(*, job_id: int, from_states: Iterable[str], to_state: str, ac
     if job.state in TERMINAL_STATES:
         transaction.on_commit(lambda: _cleanup_after_terminal(job.pk))
     return job
+
+
+def _open_work_close(*, job: EvolutionJob, now, keep_stage_id: int | None) -> None:
+    """An ended job has nothing running: its iteration and any stage still open (a worker that died, a cancel that
+    won the race) are closed as failed with the job, in the move's transaction, so no reader sees "running" under a
+    finished job. The stage that ends the job (keep_stage_id) is closed by stages.advance, with its own status."""
+    reason = (job.terminal_reason or job.state.lower())[:60]
+    Iteration.objects.filter(job=job, status=Iteration.Status.RUNNING).update(
+        status=Iteration.Status.FAILED, failure_reason=reason)
+    StageRun.objects.filter(job=job, status=StageRun.Status.RUNNING).exclude(pk=keep_stage_id).update(
+        status=StageRun.Status.FAILED, finished_at=now, outcome=f"JOB_{job.state}"[:40])
 
 
 def _cleanup_after_terminal(job_id: int) -> None:
@@ -105,10 +125,24 @@ def audit(*, job: EvolutionJob, actor: str, event: str, data: dict | None = None
                                      data=data or {})
 
 
+def job_backend_preflight(*, backend_name: str, backend_config: dict) -> Preflight | None:
+    """The backend's readiness check (an evolution.backends.Preflight), for a caller to run before it opens the
+    transaction that starts the job and to pass to evolution_job_start: the check may wait on the model server (an
+    HTTP probe, a sandboxed `--version`), and no transaction is held while waiting on a model (issue 25). None when
+    the backend cannot be built: evolution_job_start says why, in its own order of checks."""
+    from evolution.backends import BackendError, backend_get
+
+    try:
+        return backend_get(name=backend_name, config=backend_config).preflight()
+    except BackendError:
+        return None
+
+
 def evolution_job_start(*, project, target: EvolutionTarget, insight, backend_name: str, backend_config: dict,
                         depth: str = "standard", ticket=None, created_by=None, policy_overrides: dict | None = None,
-                        enqueue: bool = True) -> EvolutionJob:
-    """Queue a job on a target for an insight; refuses a second active job on the same target."""
+                        enqueue: bool = True, preflight: Preflight | None = None) -> EvolutionJob:
+    """Queue a job on a target for an insight; refuses a second active job on the same target. `preflight`: the
+    backend's check, run by a caller that holds a transaction (job_backend_preflight); else it is run here."""
     from evolution.backends import backend_get
 
     if target.project_id != project.pk or insight.project_id != project.pk or (
@@ -117,7 +151,8 @@ def evolution_job_start(*, project, target: EvolutionTarget, insight, backend_na
     target_config = target_config_validate(target.config)
     policy = job_policy_build(depth=depth, target_config=target_config, overrides=policy_overrides)
     backend = backend_get(name=backend_name, config=backend_config)  # unknown name or bad config: BackendError
-    preflight = backend.preflight()
+    if preflight is None:
+        preflight = backend.preflight()
     if not preflight.ok:
         raise EvolutionError(f"Backend {backend_name!r} is not usable: {preflight.error}", code="backend_unavailable")
     snapshot = {"target": target_config.model_dump(), "policy": policy, "source": target.source,

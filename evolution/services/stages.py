@@ -68,13 +68,17 @@ def advance(*, job: EvolutionJob, to_state: str, event: str, stage: str | None =
             round: int = 0, data: dict | None = None, stage_done: bool = True, **fields) -> EvolutionJob:  # noqa: A002
     """Transition from the job's current state and, after commit, send the stage that runs in the new state.
     `stage_done=False`: the running stage goes on in the new state (a hot swap's health check) and stays open."""
+    stage_run = _running_stage.get()
+    closing = (stage_done and stage_run is not None and stage_run.job_id == job.pk
+               and stage_run.status == StageRun.Status.RUNNING)
     with transaction.atomic():
+        # A move to an end state closes every stage still open as failed (jobs.py); the stage making the move is
+        # closed here instead, with its own status: failed when it ends the job FAILED or CANCELLED.
         job = job_transition(job_id=job.pk, from_states=[job.state], to_state=to_state, actor=ACTOR, event=event,
-                             data=data, **fields)
-        stage_run = _running_stage.get()
-        if (stage_done and stage_run is not None and stage_run.job_id == job.pk
-                and stage_run.status == StageRun.Status.RUNNING):
-            _stage_close(stage_run, status=StageRun.Status.SUCCEEDED)
+                             data=data, keep_stage_id=stage_run.pk if closing else None, **fields)
+        if closing:
+            failed = str(to_state) in (S.FAILED, S.CANCELLED)
+            _stage_close(stage_run, status=StageRun.Status.FAILED if failed else StageRun.Status.SUCCEEDED)
     if stage is not None:
         transaction.on_commit(lambda: stage_enqueue(job_id=job.pk, stage=stage, iteration=iteration, round=round))
     return job

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 
+from django.utils import timezone
+
 from evolution import git
 from evolution.backends import Role
 from evolution.models import Artifact, EvolutionJob, JobState, StageRun, TaskSpec, TrialRun
@@ -56,6 +58,10 @@ def _run(job, stage_run, role, iteration, round_, user_input):
     stage_run.output = outcome.output if outcome.output is not None else result.output
     stage_run.outcome = outcome.problem or stage_run.outcome
     stage_run.error = outcome.detail
+    if result.exit_code != 0 or result.timed_out or outcome.problem in ("BACKEND_FAILED", "ROLE_VIOLATED_READONLY"):
+        # The stage follows its role process: a non-zero exit (even on the repair call, which the loop then treats
+        # as malformed output) or a timeout fails it, whatever the handler does with the job next.
+        stage_run.status, stage_run.finished_at = StageRun.Status.FAILED, timezone.now()
     stage_run.save()
     log_dir = paths.logs / f"{iteration.n}-{role}-{round_}"
     for path in sorted(p for p in log_dir.rglob("*") if p.is_file()):  # transcripts and prompts outlive the job dir

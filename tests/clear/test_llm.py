@@ -1,5 +1,6 @@
-"""The one LLM client (clear/llm.py) against the fake OpenAI-compatible server: retries (429s and timeouts only,
-Retry-After honoured, bounded by a caller's deadline), JSON parsing and the one repair request, tokens and cost."""
+"""The one LLM client (clear/llm.py) against the fake OpenAI-compatible server: retries (connection errors, 5xx,
+429s and timeouts, Retry-After honoured, bounded by a caller's deadline), the output cap and the length retry,
+structured output, JSON parsing and the one repair request, tokens and cost, and the causes of failures."""
 
 import os
 import time
@@ -14,6 +15,8 @@ from clear.llm import (
     LlmEndpoint, LlmUsage, backoff_seconds, cost_usd, json_object_parse, llm_complete, llm_json_complete,
     price_per_token, retry_after_seconds,
 )
+from clear.llm_errors import LENGTH, LlmCallError, llm_error_cause
+from clear.llm_limits import DEFAULT_MAX_TOKENS
 
 MODEL = "openai/gpt-4o-mini"
 MESSAGES = [{"role": "system", "content": "Answer in JSON."}, {"role": "user", "content": "ping"}]
@@ -92,13 +95,54 @@ def test_timeout_is_retried(fake_llm, waits):
     assert fake_llm.call_count == 2 and len(waits) == 1
 
 
-@pytest.mark.parametrize("status", [400, 401, 500, 503])
-def test_other_errors_fail_at_once(fake_llm, waits, status):
+@pytest.mark.parametrize("status, cause", [(400, "provider_error"), (401, "provider_error"),
+                                           (404, "provider_error")])
+def test_other_errors_fail_at_once(fake_llm, waits, status, cause):
     fake_llm.script(default={"status": status})
-    with pytest.raises(Exception):
+    with pytest.raises(Exception) as raised:
         complete(fake_llm)
 
     assert fake_llm.call_count == 1 and waits == []
+    assert llm_error_cause(error=raised.value) == cause
+
+
+@pytest.mark.parametrize("status", [500, 502, 503])
+def test_a_server_error_is_retried(fake_llm, waits, status):
+    fake_llm.script({"status": status}, default='{"ok": true}')
+    usage = LlmUsage()
+    reply = complete(fake_llm, usage)
+
+    assert reply.content == '{"ok": true}' and fake_llm.call_count == 2 and usage.calls == 2 and len(waits) == 1
+
+
+def test_a_dropped_connection_is_retried(fake_llm, waits):
+    fake_llm.script({"drop": True}, default='{"ok": true}')
+    reply = complete(fake_llm)
+
+    assert reply.content == '{"ok": true}' and fake_llm.call_count == 2 and len(waits) == 1
+
+
+@pytest.mark.parametrize("item, cause", [({"drop": True}, "connection"), ({"status": 500}, "server_error"),
+                                         ({"status": 503}, "server_error"), ({"status": 429}, "rate_limit")])
+def test_spent_retries_raise_with_the_cause(fake_llm, waits, item, cause):
+    fake_llm.script(default=item)
+    with pytest.raises(Exception) as raised:
+        complete(fake_llm, max_retries=1)
+
+    assert fake_llm.call_count == 2 and len(waits) == 1
+    assert llm_error_cause(error=raised.value) == cause
+
+
+def test_a_timeout_has_its_cause(fake_llm, waits):
+    def slow(request):
+        time.sleep(1.0)
+        return '{"ok": true}'
+
+    fake_llm.script(default=slow)
+    with pytest.raises(llm.litellm_load().Timeout) as raised:
+        complete(fake_llm, timeout=0.3, max_retries=0)
+    assert llm_error_cause(error=raised.value) == "timeout"
+    assert llm_error_cause(error=ValueError("a bug")) == "internal_error"
 
 
 def test_a_deadline_cuts_the_timeout_and_the_waits_and_a_runner_runs_the_request(fake_llm, waits):
@@ -188,11 +232,53 @@ def test_a_check_rejects_and_a_second_invalid_reply_is_returned_with_its_problem
     assert "answer must be 42" in fake_llm.requests[1]["messages"][-1]["content"]
 
 
-def test_a_reply_cut_off_by_the_token_limit_is_told_so(fake_llm):
-    fake_llm.script({"content": '{"steps": [', "finish_reason": "length"}, '{"steps": []}')
-    reply, _ = _json_call(fake_llm)
+def test_a_cut_reply_from_a_custom_complete_is_told_so_in_the_repair():
+    replies = [llm.LlmReply(content='{"steps": [', finish_reason="length", model="m", input_tokens=1,
+                            output_tokens=1, provider_cost=None),
+               llm.LlmReply(content='{"steps": []}', finish_reason="stop", model="m", input_tokens=1,
+                            output_tokens=1, provider_cost=None)]
+    seen: list[list[dict]] = []
 
-    assert reply.repaired and "cut off by the output token limit" in fake_llm.requests[1]["messages"][-1]["content"]
+    def complete(conversation):
+        seen.append(conversation)
+        return replies[len(seen) - 1]
+
+    reply = llm_json_complete(messages=MESSAGES, complete=complete)
+    assert reply.repaired and "cut off by the output token limit" in seen[1][-1]["content"]
+
+
+def test_a_reply_cut_by_the_length_limit_is_asked_again_once_with_the_limit_doubled(fake_llm):
+    fake_llm.script({"content": '{"steps": [', "finish_reason": "length"}, '{"steps": []}')
+    usage = LlmUsage()
+    reply = complete(fake_llm, usage, max_tokens=300, max_tokens_ceiling=1000)
+
+    assert reply.content == '{"steps": []}' and usage.calls == 2
+    assert [r["max_tokens"] for r in fake_llm.requests] == [300, 600]
+    assert fake_llm.requests[0]["messages"] == fake_llm.requests[1]["messages"] == MESSAGES
+    assert any("asked again with 600" in note for note in usage.notes)
+
+
+def test_a_reply_cut_twice_is_an_error_with_the_length_cause(fake_llm):
+    fake_llm.script(default={"content": '{"steps": [', "finish_reason": "length"})
+    with pytest.raises(LlmCallError) as raised:
+        complete(fake_llm, max_tokens=700, max_tokens_ceiling=1000)
+
+    assert raised.value.cause == "invalid_output:length" and llm_error_cause(error=raised.value) == LENGTH
+    assert [r["max_tokens"] for r in fake_llm.requests] == [700, 1000]  # doubled, but never above the ceiling
+
+
+def test_a_reply_cut_at_the_ceiling_is_not_asked_again(fake_llm):
+    fake_llm.script(default={"content": '{"steps": [', "finish_reason": "length"})
+    with pytest.raises(LlmCallError, match="the ceiling"):
+        complete(fake_llm, max_tokens=1000, max_tokens_ceiling=1000)
+    assert fake_llm.call_count == 1
+
+
+def test_a_json_call_raises_the_length_error_instead_of_a_repair(fake_llm):
+    fake_llm.script(default={"content": '{"steps": [', "finish_reason": "length"})
+    with pytest.raises(LlmCallError):
+        _json_call(fake_llm)
+    assert fake_llm.call_count == 2 and fake_llm.requests[1]["max_tokens"] == 2 * fake_llm.requests[0]["max_tokens"]
 
 
 def test_provider_errors_propagate_from_a_json_call(fake_llm):
@@ -209,9 +295,47 @@ def test_cost_from_the_price_table_overrides_and_unknown_models():
     assert cost_usd(model="openai/clear-test-model-without-a-price", input_tokens=1, output_tokens=1) is None
 
 
-def test_max_tokens_is_sent_only_when_set(fake_llm):
+def test_every_request_carries_max_tokens_never_above_the_ceiling(fake_llm):
     fake_llm.script(default='{"ok": true}')
     complete(fake_llm)
     complete(fake_llm, max_tokens=50, temperature=0.3)
-    first, second = fake_llm.requests
-    assert "max_tokens" not in first and second["max_tokens"] == 50 and second["temperature"] == 0.3
+    complete(fake_llm, max_tokens=5000, max_tokens_ceiling=2000)
+    complete(fake_llm, max_tokens=None, max_tokens_ceiling=1500)
+    first, second, third, fourth = fake_llm.requests
+    assert first["max_tokens"] == DEFAULT_MAX_TOKENS
+    assert second["max_tokens"] == 50 and second["temperature"] == 0.3
+    assert third["max_tokens"] == 2000 and fourth["max_tokens"] == 1500
+
+
+SCHEMA = {"type": "object", "required": ["ok"], "properties": {"ok": {"type": "boolean"}}}
+
+
+def _with_schema(fake_llm, **overrides):
+    return llm_complete(endpoint=endpoint(fake_llm, **overrides), messages=MESSAGES, usage=LlmUsage(),
+                        schema=SCHEMA, schema_name="llm.step judge")
+
+
+def test_structured_output_on_sends_the_schema(fake_llm):
+    fake_llm.script(default='{"ok": true}')
+    _with_schema(fake_llm, model="openai/local-model", structured_output="on")
+
+    assert fake_llm.requests[0]["response_format"] == {
+        "type": "json_schema", "json_schema": {"name": "llm_step_judge", "schema": SCHEMA, "strict": False}}
+
+
+def test_structured_output_off_asks_for_a_json_object(fake_llm):
+    fake_llm.script(default='{"ok": true}')
+    _with_schema(fake_llm, structured_output="off")
+
+    assert fake_llm.requests[0]["response_format"] == {"type": "json_object"}
+
+
+def test_structured_output_auto_follows_litellm(fake_llm):
+    fake_llm.script(default='{"ok": true}')
+    _with_schema(fake_llm, model="openai/gpt-4o-mini", structured_output="auto")  # LiteLLM: supported
+    _with_schema(fake_llm, model="openai/clear-local-model", structured_output="auto")  # unknown: not
+    complete(fake_llm, structured_output="on")  # no schema from the caller: nothing to send
+
+    known, unknown, schemaless = (r["response_format"] for r in fake_llm.requests)
+    assert known["type"] == "json_schema" and known["json_schema"]["schema"] == SCHEMA
+    assert unknown == schemaless == {"type": "json_object"}

@@ -62,7 +62,8 @@ def test_a_failing_model_is_recorded_as_judge_errors_not_scores(llm_project, fak
     fake_llm.script(default={"status": 401})
     run = diagnosis_run_execute(run=diagnosis_run_start(project=llm_project, judges=["llm.trace"], model=MODEL,
                                                         enqueue=False))
-    assert run.status == "succeeded"
+    # Every model call failed and no other judge ran: no verdict at all, so the run failed (issue 25.4).
+    assert run.status == "failed" and "No judge produced a verdict: 2 of 2 model calls failed" in run.failure_message
     errors = Feedback.objects.filter(run=run, judge="llm.trace")
     assert errors.count() == 2 and set(errors.values_list("status", "score")) == {("error", None)}
     assert run.error_count == 2 and {e["judge"] for e in run.errors} == {"llm.trace"}

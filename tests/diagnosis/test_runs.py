@@ -218,7 +218,8 @@ def test_a_trace_that_crashes_is_skipped_and_counted_and_the_run_goes_on(desk, m
     monkeypatch.setattr("diagnosis.services.runs.trace_results", crash_once)
     run = diagnosis_run_execute(run=run)
     assert (run.status, run.done_count, run.skipped_count, run.error_count) == ("succeeded", 4, 1, 1)
-    assert run.errors == [{"trace_id": crashed[0], "judge": "", "error": "RuntimeError: bad data"}]
+    assert run.errors == [{"trace_id": crashed[0], "judge": "", "error": "RuntimeError: bad data",
+                           "cause": "task_failed"}]
 
 
 def test_the_trace_task_gives_up_on_a_crashing_trace(desk, monkeypatch):
@@ -233,7 +234,9 @@ def test_the_trace_task_gives_up_on_a_crashing_trace(desk, monkeypatch):
     with pytest.raises(ZeroDivisionError):
         judge_trace_task.delay(str(item.pk))
     run.refresh_from_db()
-    assert (run.status, run.skipped_count, run.error_count) == ("succeeded", 1, 1)
+    # Its only trace crashed: no judge produced a verdict, so the run failed, naming the cause (issue 25.4).
+    assert (run.status, run.skipped_count, run.error_count) == ("failed", 1, 1)
+    assert "task_failed 1" in run.failure_message
 
 
 def test_trace_view_build_from_stored_rows(desk):

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from clear.llm_limits import EVOLUTION_ROLE_MAX_TOKENS
 from evolution.backends import backend_get
 from evolution.backends.base import Access, Role, RoleRequest
 from evolution.backends.litellm_patcher import LiteLLMPatcherBackend
@@ -96,7 +97,10 @@ def test_implementer_edits_apply_to_the_worktree(backend, fake_llm, repo, tmp_pa
     assert result.model and fake_llm.call_count == 1
 
     sent = fake_llm.requests[0]
-    assert sent["response_format"] == {"type": "json_object"}
+    # LiteLLM says gpt-4o-mini supports response schemas: structured output "auto" sends the reply's schema
+    assert sent["response_format"]["type"] == "json_schema"
+    assert set(sent["response_format"]["json_schema"]["schema"]["required"]) >= {"status", "edits"}
+    assert sent["max_tokens"] == EVOLUTION_ROLE_MAX_TOKENS["implementer"]
     assert sent["_headers"]["authorization"] == "Bearer sk-fake"
     system, user = sent["messages"][0]["content"], sent["messages"][1]["content"]
     assert system.startswith("You are the implementer.") and '"edits"' in system and "exactly once" in system
@@ -262,10 +266,49 @@ def test_preflight_never_raises(fake_llm, monkeypatch):
     assert not keyless.ok and "NO_SUCH_KEY_VAR" in keyless.error
 
 
+def test_the_model_call_limits_default_to_the_settings_and_the_config_takes_precedence(fake_llm, repo, tmp_path,
+                                                                                        monkeypatch, settings):
+    from clear import llm
+
+    monkeypatch.setattr(llm, "sleep", lambda seconds: None)
+    settings.CLEAR_JUDGE_MAX_TOKENS, settings.CLEAR_JUDGE_STRUCTURED_OUTPUT = 900, "on"
+    settings.CLEAR_JUDGE_MAX_RETRIES = 1
+    locate = {"role": Role.LOCATOR, "access": Access.READ_ONLY, "schema": IMPLEMENTER_SCHEMA}
+    defaults = _configured(fake_llm, monkeypatch, model="openai/clear-local-model")
+    assert defaults.limits["max_retries"] == 1 and defaults.max_tokens_ceiling == 900
+    fake_llm.script({"drop": True}, default=_reply([], summary="no change"))
+    assert defaults.run_role(_request(repo, tmp_path, **locate)).exit_code == 0
+    assert fake_llm.call_count == 2  # the dropped connection was retried
+    sent = fake_llm.requests[-1]
+    assert sent["max_tokens"] == 900  # the locator's 1024, capped by the ceiling
+    assert sent["response_format"]["type"] == "json_schema"
+    assert sent["response_format"]["json_schema"]["name"] == "evolution_locator"
+
+    own = _configured(fake_llm, monkeypatch, model="openai/clear-local-model", max_tokens=3000,
+                      structured_output="off", max_retries=0)
+    fake_llm.script({"drop": True}, default=_reply([], summary="no change"))
+    failed = own.run_role(_request(repo, tmp_path, **locate))
+    assert failed.exit_code != 0 and "model call failed (connection)" in failed.error and fake_llm.call_count == 1
+    fake_llm.script(default=_reply([], summary="no change"))
+    assert own.run_role(_request(repo, tmp_path, **locate)).exit_code == 0
+    assert fake_llm.requests[0]["max_tokens"] == 3000 and own.max_tokens_ceiling == 3000
+    assert fake_llm.requests[0]["response_format"] == {"type": "json_object"}
+
+
+def test_a_role_reply_cut_twice_fails_with_the_length_cause(fake_llm, repo, tmp_path, monkeypatch):
+    backend = _configured(fake_llm, monkeypatch, max_tokens=500, max_tokens_ceiling=800)
+    fake_llm.script(default={"content": '{"status": "DO', "finish_reason": "length"})
+    result = backend.run_role(_request(repo, tmp_path))
+    assert result.exit_code != 0 and "invalid_output:length" in result.error
+    assert [r["max_tokens"] for r in fake_llm.requests] == [500, 800]
+
+
 @pytest.mark.parametrize("config, message", [
     ({"max_files": 0}, "'max_files' must be a positive integer"),
     ({"temperature": "hot"}, "'temperature' must be a number"),
     ({"max_tokens": -5}, "'max_tokens' must be a positive integer"),
+    ({"max_tokens_ceiling": 0}, "'max_tokens_ceiling' must be a positive integer"),
+    ({"structured_output": "always"}, "structured_output='always': use auto, on or off"),
 ])
 def test_bad_config_is_refused(config, message):
     with pytest.raises(BackendError, match=message):

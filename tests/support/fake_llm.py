@@ -1,17 +1,22 @@
 """An OpenAI-compatible chat-completions server on 127.0.0.1 that answers from a script.
 
 A script item is a string (the assistant's content), a dict with `content`/`usage`/`status`/`headers`/`body`, or a
-callable taking the request JSON and returning one of those. Every request is recorded.
+callable taking the request JSON and returning one of those. Every request is recorded. A dict with `hold` (a
+threading.Event) keeps its request open until the test sets the event, as a slow model would; `held` counts the
+requests being held right now. A dict with `drop: True` closes the connection without answering, as a server
+that restarts mid-request does.
 """
 
 import itertools
 import json
+import socket
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 ScriptItem = str | dict | Callable[[dict], "str | dict"]
+HOLD_LIMIT_S = 120.0
 
 
 class FakeLLMServer:
@@ -21,6 +26,7 @@ class FakeLLMServer:
         self._default: ScriptItem | None = None
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
+        self._held = 0
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
@@ -31,6 +37,11 @@ class FakeLLMServer:
     @property
     def call_count(self) -> int:
         return len(self.requests)
+
+    @property
+    def held(self) -> int:
+        with self._lock:
+            return self._held
 
     def start(self) -> "FakeLLMServer":
         self._thread.start()
@@ -57,7 +68,19 @@ class FakeLLMServer:
             item = item(request)
         if isinstance(item, str):
             item = {"content": item}
+        if item.get("hold") is not None:
+            self._hold(item["hold"])
         return item
+
+    def _hold(self, release: threading.Event) -> None:
+        with self._lock:
+            self._held += 1
+        try:
+            # Bounded: a test that fails before releasing must not leave a handler thread behind for ever.
+            release.wait(timeout=HOLD_LIMIT_S)
+        finally:
+            with self._lock:
+                self._held -= 1
 
     def _completion(self, request: dict, item: dict) -> dict:
         content = item.get("content", "")
@@ -98,6 +121,13 @@ class FakeLLMServer:
                 if not self.path.rstrip("/").endswith("chat/completions"):
                     return self._send(404, {"error": {"message": f"no route {self.path}"}})
                 item = server._next(request)
+                if item.get("drop"):
+                    self.close_connection = True
+                    try:
+                        self.connection.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+                    return
                 status = item.get("status", 200)
                 body = item.get("body") if "body" in item else (
                     server._completion(request, item) if status == 200 else {"error": {"message": "scripted error"}}

@@ -2,9 +2,11 @@
 
 * Cache key: sha256 of canonical JSON {judge, prompt_version, model, messages} — exactly what the model sees. A hit
   (re-validated) makes no model call and costs nothing this run; its original usage is kept in `cached_usage`.
-* Retries, JSON parsing and the one repair request are clear.llm's (429s and timeouts only; invalid output gets
-  exactly one repair carrying the error; still invalid → status "error" with the error text, which the caller
-  never turns into a score).
+* Retries, the output cap, structured output, JSON parsing and the one repair request are clear.llm's
+  (connection errors, 5xx, 429s and timeouts retried; each call's `max_tokens` is its kind's size under the
+  config's ceiling; invalid output gets exactly one repair carrying the error; still invalid → status "error" with
+  the error text, which the caller never turns into a score). A failed call's `cause` (clear/llm_errors.py) goes
+  with its error into the result's details["cause"].
 * Budget: asked before each request (the conversation's estimated tokens + the expected reply), charged after it
   with the tokens and cost it used, failed requests included.
 * Cost: tokens × the price table (price_overrides, else LiteLLM's); an unknown model costs 0 and says so in
@@ -19,6 +21,7 @@ import time
 from dataclasses import dataclass
 
 from clear.llm import Check, LlmReply, LlmUsage, cost_usd, llm_complete, llm_json_complete, tokens_estimate
+from clear.llm_errors import INVALID_OUTPUT, llm_error_cause
 
 from .config import LlmJudgeConfig
 from .prompts import PROMPT_VERSIONS
@@ -32,6 +35,7 @@ class CallOutcome(LlmUsage):
     status: str = "ok"  # ok | error | skipped
     output: dict | None = None  # schema-valid output (set even when `check` still failed after repair)
     error: str = ""
+    cause: str = ""  # why it failed (clear/llm_errors.py CAUSES); empty unless status is "error"
     cost: float = 0.0
     latency_ms: float = 0.0
     cache_key: str = ""
@@ -113,18 +117,20 @@ def _cached(outcome: CallOutcome, config: LlmJudgeConfig, schema: dict, check: C
 
 
 def call_json(*, judge: str, messages: list[dict], schema: dict, config: LlmJudgeConfig, gate: BudgetGate,
-              check: Check | None = None, output_estimate: int = 1000) -> CallOutcome:
+              check: Check | None = None, output_estimate: int = 1000, max_tokens: int | None = None) -> CallOutcome:
+    """`max_tokens`: this kind of call's output size (capped by the config's ceiling; None: the ceiling)."""
     outcome = CallOutcome(cache_key=cache_key(judge, config.model, messages))
     if _cached(outcome, config, schema, check):
         return outcome
-    endpoint = config.endpoint()
+    endpoint = config.endpoint(max_tokens=max_tokens)
 
     def complete(conversation: list[dict]) -> LlmReply:
         if not gate.allow(tokens_estimate(conversation) + output_estimate):
             raise _BudgetSaidNo()
         calls_before, tokens_before = outcome.calls, outcome.input_tokens + outcome.output_tokens
         try:
-            return llm_complete(endpoint=endpoint, messages=conversation, usage=outcome)
+            return llm_complete(endpoint=endpoint, messages=conversation, usage=outcome, schema=schema,
+                                schema_name=judge)
         finally:
             _charge(outcome, gate, config, tokens_before, outcome.calls - calls_before)
 
@@ -137,13 +143,13 @@ def call_json(*, judge: str, messages: list[dict], schema: dict, config: LlmJudg
     except Exception as error:  # noqa: BLE001 - any provider error becomes an "error" result
         if error is gate.raised:
             raise  # the caller's budget stopped the run: judge_trace_with_llm lets it through
-        outcome.status = "error"
+        outcome.status, outcome.cause = "error", llm_error_cause(error=error)
         outcome.error = f"{type(error).__name__}: {str(error)[:500]}"
         return outcome
     finally:
         outcome.latency_ms = round((time.perf_counter() - started) * 1000, 1)
     if reply.problems:
-        outcome.status = "error"
+        outcome.status, outcome.cause = "error", INVALID_OUTPUT
         outcome.error = "invalid judge output after one repair: " + "; ".join(reply.problems)[:1000]
         return outcome
     outcome.repaired = reply.repaired

@@ -68,8 +68,15 @@ def failed(judge: str, target: str | None, outcome: CallOutcome, *, model: str, 
         prompt_version=prompt_version, input_tokens=round(outcome.input_tokens * share),
         output_tokens=round(outcome.output_tokens * share), cost=outcome.cost * share,
         latency_ms=outcome.latency_ms, cache_key=outcome.cache_key, error=outcome.error or "judge failed",
-        details={**call_details(outcome), **(details or {})},
+        details={**call_details(outcome), **(details or {}), **error_cause(outcome)},
     )
+
+
+def error_cause(outcome: CallOutcome) -> dict:
+    """{"cause": …} for an error result (grouped by the run), {} otherwise: a skip is not a failure."""
+    if outcome.status == "skipped":
+        return {}
+    return {"cause": outcome.cause or "invalid_output"}
 
 
 def skipped(judge: str, target: str | None, reason: str, *, model: str, prompt_version: str,

@@ -16,18 +16,24 @@ from __future__ import annotations
 import json
 
 from clear.llm import price_per_token
+from clear.llm_limits import STEP_JUDGE_MAX_TOKENS, STEP_JUDGE_TOKENS_PER_STEP
 from diagnosis.judges.contract import JudgeResult, TraceView
 
 from .client import BudgetGate, CallOutcome, call_json
 from .config import LlmJudgeConfig
 from .prompts import PROMPT_VERSIONS, STEP_JUDGE, SYSTEM_PROMPTS, messages_for, quote_ids, user_message
 from .render import JUDGED_KINDS, Block, TraceIndex, cut_to_fit, estimate_tokens, pack, render_span
-from .results import EvidenceFilter, call_details, failed, split_evenly
+from .results import EvidenceFilter, call_details, error_cause, failed, split_evenly
 from .schema import STEP_SCHEMA
 
 MAX_STEPS_PER_CALL = 16
 OUTPUT_TOKENS_PER_STEP = 250
 MIN_DATA_TOKENS = 256
+
+
+def step_max_tokens(steps: int) -> int:
+    """One batched call's output size: the base covers a few verdicts, each further step adds its share."""
+    return STEP_JUDGE_MAX_TOKENS + STEP_JUDGE_TOKENS_PER_STEP * max(0, steps - 4)
 
 
 def judged_steps(trace: TraceView, index: TraceIndex, *, trace_judge: bool) -> list:
@@ -65,7 +71,8 @@ def run_step_judges(trace: TraceView, index: TraceIndex, config: LlmJudgeConfig,
         payload = {"goal": goal["goal"], "steps": block.items}
         outcome = call_json(judge=STEP_JUDGE, messages=messages_for(STEP_JUDGE, payload), schema=STEP_SCHEMA,
                             config=config, gate=gate, check=_coverage_check(block.span_ids),
-                            output_estimate=OUTPUT_TOKENS_PER_STEP * len(block.items))
+                            output_estimate=OUTPUT_TOKENS_PER_STEP * len(block.items),
+                            max_tokens=step_max_tokens(len(block.items)))
         results += _block_results(block, number, len(blocks), outcome, config, index, goal_cut)
     return results
 
@@ -104,6 +111,7 @@ def _block_results(block: Block, number: int, count: int, outcome: CallOutcome, 
             result = JudgeResult(judge=STEP_JUDGE, target_span_id=sid, score=None,
                                  status="skipped" if outcome.status == "skipped" else "error",
                                  error=outcome.error or "the judge returned no verdict for this step")
+            details.update(error_cause(outcome))
         else:
             truncated = sid in block.truncated or goal_cut
             result = JudgeResult(judge=STEP_JUDGE, target_span_id=sid, status="truncated" if truncated else "ok",

@@ -11,6 +11,8 @@ that call carry none (details["evaluated_in"] says so); generated-rubric results
 
 from __future__ import annotations
 
+from clear.llm_limits import (RUBRIC_GEN_MAX_TOKENS, TRACE_JUDGE_MAX_TOKENS, TRACE_JUDGE_TOKENS_PER_RUBRIC,
+                              WINDOW_JUDGE_MAX_TOKENS)
 from diagnosis.judges.contract import JudgeIssue, JudgeResult, TraceView
 
 from .client import BudgetGate, CallOutcome, call_json
@@ -18,7 +20,7 @@ from .config import LlmJudgeConfig
 from .prompts import (PROMPT_VERSIONS, RUBRIC_GEN_JUDGE, SYSTEM_PROMPTS, TRACE_JUDGE, WINDOW_JUDGE, messages_for,
                       quote_ids, user_message)
 from .render import Block, TraceIndex, cut_middle, cut_to_fit, estimate_tokens, pack, render_span
-from .results import EvidenceFilter, call_details, failed, skipped
+from .results import EvidenceFilter, call_details, error_cause, failed, skipped
 from .schema import RUBRIC_GEN_SCHEMA, TRACE_SCHEMA, WINDOW_SCHEMA
 
 SUMMARY_RESERVE_TOKENS = 700
@@ -47,7 +49,8 @@ def generate_rubrics(trace: TraceView, config: LlmJudgeConfig,
                             model=config.model, prompt_version=version)]
     goal, _ = cut_to_fit({"goal": trace.goal}, max(MIN_DATA_TOKENS, config.max_context_tokens // 2))
     outcome = call_json(judge=RUBRIC_GEN_JUDGE, messages=messages_for(RUBRIC_GEN_JUDGE, goal),
-                        schema=RUBRIC_GEN_SCHEMA, config=config, gate=gate, output_estimate=400)
+                        schema=RUBRIC_GEN_SCHEMA, config=config, gate=gate, output_estimate=400,
+                        max_tokens=RUBRIC_GEN_MAX_TOKENS)
     if outcome.status != "ok" or outcome.output is None:
         return [], [failed(GENERATED_JUDGE, None, outcome, model=config.model, prompt_version=version)]
     items = [{"id": f"gen-{n}", "name": r["name"], "text": r["text"], "node": None, "_generated": outcome}
@@ -112,10 +115,12 @@ def run_trace_judge(trace: TraceView, index: TraceIndex, rubrics: list[dict], co
         if last:
             outcome = call_json(judge=TRACE_JUDGE, messages=messages_for(TRACE_JUDGE, payload), schema=TRACE_SCHEMA,
                                 config=config, gate=gate, output_estimate=TRACE_OUTPUT_TOKENS,
+                                max_tokens=TRACE_JUDGE_MAX_TOKENS + TRACE_JUDGE_TOKENS_PER_RUBRIC * len(items),
                                 check=_trace_check([i["id"] for i in items], set(index.by_id), trace.outcome))
         else:
             outcome = call_json(judge=WINDOW_JUDGE, messages=messages_for(WINDOW_JUDGE, payload),
-                                schema=WINDOW_SCHEMA, config=config, gate=gate, output_estimate=600)
+                                schema=WINDOW_SCHEMA, config=config, gate=gate, output_estimate=600,
+                                max_tokens=WINDOW_JUDGE_MAX_TOKENS)
         outcomes.append(outcome)
         if outcome.status != "ok":
             return results + _failed_trace(outcome, outcomes, items, config, number, len(blocks))
@@ -168,7 +173,8 @@ def _failed_trace(outcome: CallOutcome, outcomes: list[CallOutcome], items: list
         JudgeResult(judge=f"rubric.{item['id']}", target_span_id=None, status=result.status, model=config.model,
                     prompt_version=version, error=result.error,
                     details={"rubric": {k: v for k, v in item.items() if not k.startswith("_")},
-                             "generated": "_generated" in item, "evaluated_in": TRACE_JUDGE})
+                             "generated": "_generated" in item, "evaluated_in": TRACE_JUDGE,
+                             **error_cause(outcome)})
         for item in items
     ]
     return [result] + rubric_results

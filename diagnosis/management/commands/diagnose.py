@@ -14,8 +14,8 @@ from django.utils.dateparse import parse_date, parse_datetime
 from clear.errors import ClearError
 from clear.projects.selectors import project_get_by_name
 from diagnosis.models import DiagnosisRun
-from diagnosis.selectors import diagnosis_run_summary
-from diagnosis.services import diagnosis_run_execute, diagnosis_run_start
+from diagnosis.selectors import diagnosis_run_get, diagnosis_run_summary
+from diagnosis.services import diagnosis_run_execute, diagnosis_run_retry_errors, diagnosis_run_start
 
 _RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
@@ -70,6 +70,9 @@ class Command(BaseCommand):
         parser.add_argument("--inline", action="store_true", help="judge in this process; no worker needed")
         parser.add_argument("--timeout", type=float, help="with --wait: give up after this many seconds")
         parser.add_argument("--poll-seconds", type=float, default=1.0)
+        parser.add_argument("--retry-errors", metavar="RUN_ID",
+                            help="re-judge only the traces of this finished run whose judging errored (a model call "
+                                 "failed or the trace's task crashed), with its judges, model, rubrics and budget")
 
     def handle(self, *args, **options):
         try:
@@ -84,14 +87,18 @@ class Command(BaseCommand):
                 raise CommandError('--rubrics takes "all" or comma-separated rubric ids') from None
         config = {"concurrency": options["concurrency"]} if options["concurrency"] else {}
         try:
-            run = diagnosis_run_start(
-                project=project, release=options["release"], since=parse_when(options["since"]),
-                until=parse_when(options["until"]), tags=_csv(options["tags"]), outcome=options["outcome"] or "",
-                node=options["node"], trace_ids=_csv(options["trace_ids"]), judges=_csv(options["judges"]) or None,
-                model=options["model"], rubric_ids=rubric_ids, budget_tokens=options["budget_tokens"],
-                budget_cost=options["budget_cost"], sample_rate=options["sample_rate"], name=options["name"],
-                config=config, enqueue=not options["inline"],
-            )
+            if options["retry_errors"]:
+                earlier = diagnosis_run_get(project=project, run_id=options["retry_errors"])
+                run = diagnosis_run_retry_errors(run=earlier, enqueue=not options["inline"])
+            else:
+                run = diagnosis_run_start(
+                    project=project, release=options["release"], since=parse_when(options["since"]),
+                    until=parse_when(options["until"]), tags=_csv(options["tags"]), outcome=options["outcome"] or "",
+                    node=options["node"], trace_ids=_csv(options["trace_ids"]), judges=_csv(options["judges"]) or None,
+                    model=options["model"], rubric_ids=rubric_ids, budget_tokens=options["budget_tokens"],
+                    budget_cost=options["budget_cost"], sample_rate=options["sample_rate"], name=options["name"],
+                    config=config, enqueue=not options["inline"],
+                )
         except ClearError as exc:
             raise CommandError(exc.message) from None
         self.stdout.write(f"Diagnosis run {run.pk}: {run.total_count} trace(s), judges {', '.join(run.judges)}")
@@ -166,7 +173,10 @@ class Command(BaseCommand):
                 out(f"    {judge:<32} {count}")
         out(f"  tokens: {summary.input_tokens} in, {summary.output_tokens} out; cost ${summary.cost:.4f}")
         if summary.errors:
-            out(f"  judge errors: {summary.errors}")
+            out(f"  judge errors: {summary.errors}" + (f" ({summary.errors_label})" if summary.errors_label else ""))
+            for group in summary.errors_by_cause:
+                out(f"    {group['cause']:<24} {group['count']:>5}  e.g. {group['example'][:100]}")
+            out(f"  re-judge them: manage.py diagnose --project {run.project.slug!r} --retry-errors {run.pk}")
         if summary.dropped_evidence:
             out(f"  evidence quotes dropped (not found in the span): {summary.dropped_evidence}")
         report = summary.contrastive

@@ -13,9 +13,10 @@ from django.db import transaction
 
 from clear.errors import ClearError
 from diagnosis.models import Insight
-from evolution.models import TERMINAL_STATES, EvolutionJob, JobState
+from evolution.models import TERMINAL_STATES, EvolutionJob, Iteration, JobState
 from evolution.selectors import evolution_job_events, evolution_target_get
 from evolution.services import evolution_job_cancel, evolution_job_consent, evolution_job_start
+from evolution.services.jobs import job_backend_preflight
 
 
 class Command(BaseCommand):
@@ -76,10 +77,13 @@ class Command(BaseCommand):
             from clear.celery import app
 
             app.conf.task_always_eager = True
+        backend_config = self._backend_config(options)
+        # Before the transaction: the backend's check may wait on the model server.
+        preflight = job_backend_preflight(backend_name=options["backend"], backend_config=backend_config)
         with transaction.atomic():
             job = evolution_job_start(project=insight.project, target=target, insight=insight,
-                                      backend_name=options["backend"], backend_config=self._backend_config(options),
-                                      depth=options["depth"], policy_overrides=policy)
+                                      backend_name=options["backend"], backend_config=backend_config,
+                                      depth=options["depth"], policy_overrides=policy, preflight=preflight)
         self.stdout.write(f"Job {job.pk} queued on {target.name} for insight {insight.pk}")
         if options["wait"] or options["inline"]:
             self._wait(job, timeout=options["timeout"])
@@ -115,7 +119,12 @@ class Command(BaseCommand):
                           f"sandbox {job.sandbox_level or '-'}")
         for it in job.iterations.select_related("verdict_record").order_by("n"):
             summary = getattr(getattr(it, "verdict_record", None), "summary", "") or it.failure_reason
-            self.stdout.write(f"  iteration {it.n}: {it.status} {summary}")
+            # An ended job runs nothing: a row left "running" (written before jobs closed their iterations, or by
+            # a process that died) is shown as what it is now.
+            status = it.status
+            if job.is_terminal and status == Iteration.Status.RUNNING:
+                status, summary = Iteration.Status.FAILED, summary or job.terminal_reason
+            self.stdout.write(f"  iteration {it.n}: {status} {summary}".rstrip())
         if job.best_iteration:
             best = job.best_iteration
             self.stdout.write(f"  best: iteration {best.n}, patch sha256 {best.patch_sha256}")

@@ -45,9 +45,10 @@ def test_spent_retries_make_an_error_result_never_a_score(fake_llm, waits):
     assert fake_llm.call_count == 3
     assert waits == [0.01, 0.01]
     assert result.status == "error" and result.score is None and "RateLimitError" in result.error
+    assert result.details["cause"] == "rate_limit"
 
 
-@pytest.mark.parametrize("status", [400, 401, 500, 503])
+@pytest.mark.parametrize("status", [400, 401, 404])  # 5xx are retried: tests/diagnosis/llm/test_llm_judge_limits.py
 def test_other_errors_fail_at_once(fake_llm, waits, status):
     fake_llm.script(default={"status": status})
     results = judge_trace_with_llm(trace=linear_trace(2), rubrics=[{"id": "r", "text": "t"}], config=config(fake_llm))
@@ -57,6 +58,7 @@ def test_other_errors_fail_at_once(fake_llm, waits, status):
     assert [r.status for r in results] == ["error"] * len(results)
     assert all(r.score is None for r in results)
     assert {r.judge for r in results} == {"llm.trace", "rubric.r", "llm.step"}
+    assert {r.details["cause"] for r in results} == {"provider_error"}
 
 
 class TokenBudget:

@@ -37,7 +37,8 @@ def test_structured_output_is_parsed_into_results(fake_llm):
                                    config=config(fake_llm))
 
     assert fake_llm.call_count == 2  # one batched step call, one trace call
-    assert all(r["response_format"] == {"type": "json_object"} for r in fake_llm.requests)
+    # LiteLLM says gpt-4o-mini supports response schemas: structured output "auto" sends each judge's schema
+    assert sorted(r["response_format"]["json_schema"]["name"] for r in fake_llm.requests) == ["llm_step", "llm_trace"]
     steps = by_judge(results, "llm.step")
     assert [r.target_span_id for r in steps] == ["s000", "s001", "s002", "s003"]  # the root AGENT is the trace's
     first = steps[0]
