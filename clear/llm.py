@@ -38,7 +38,7 @@ from functools import lru_cache
 from typing import Any
 
 from clear.llm_errors import LENGTH, TRANSIENT, LlmCallError, llm_error_cause
-from clear.llm_limits import DEFAULT_MAX_TOKENS
+from clear.llm_limits import DEFAULT_MAX_TOKENS, JSON_OBJECT_SCHEMA
 
 BACKOFF_BASE_S = 1.0
 BACKOFF_MAX_S = 30.0
@@ -202,14 +202,84 @@ def _model_supports_schema(model: str) -> bool:
 def structured_output_on(*, endpoint: LlmEndpoint) -> bool:
     """Whether this endpoint's requests carry the reply's JSON schema (the setting, else LiteLLM's word)."""
     mode = (endpoint.structured_output or "auto").lower()
-    if mode in ("on", "off"):
-        return mode == "on"
+    if mode in ("on", "off", JSON_OBJECT_SCHEMA):
+        return mode != "off"
     return _model_supports_schema(endpoint.model)
+
+
+# Bounds given to a schema's open strings and arrays for constrained decoding only (validation keeps the caller's
+# schema): a grammar from an unbounded schema lets a small model write inside one string, or add item after item,
+# until max_tokens (SmolLM2-135M under llama.cpp's grammar: every reply cut at the limit).
+DECODING_STRING_CHARS = 200
+DECODING_ID_CHARS = 64  # ids, span ids, node names
+DECODING_ITEMS = 4  # an array at the top of the reply (issues; the step judge sets its batch size)
+DECODING_NESTED_ITEMS = 2  # an array inside an array's items (a step's issues)
+DECODING_DEEP_ITEMS = 1  # deeper still (the evidence of a step's issue)
+DECODING_CHARS_PER_TOKEN = 2.5  # worst case of a bounded reply: JSON punctuation and rambling text tokenise densely
+_ID_KEYS = {"id", "span_id", "node", "trace_id"}
+
+
+def schema_bounded(*, schema: Any, key: str = "", arrays: int = 0) -> Any:
+    """A copy of `schema` in which every string without an enum or maxLength gets a maxLength and every array
+    without maxItems a maxItems, so that a grammar built from it always closes."""
+    if not isinstance(schema, dict):
+        return schema
+    bounded = dict(schema)
+    kinds = bounded.get("type")
+    kinds = kinds if isinstance(kinds, list) else [kinds]
+    if "string" in kinds and "enum" not in bounded and "maxLength" not in bounded:
+        bounded["maxLength"] = DECODING_ID_CHARS if key in _ID_KEYS else DECODING_STRING_CHARS
+    low, high = bounded.get("minimum"), bounded.get("maximum")
+    if kinds == ["number"] and "enum" not in bounded and isinstance(low, (int, float)) and isinstance(high, (int, float)):
+        # Grammars ignore a number's minimum and maximum (llama.cpp's do): a score in [0, 1] came back as 5. Eleven
+        # evenly spaced values keep the reply inside the range, a judge's score needs no finer grain.
+        bounded["enum"] = [round(low + i * (high - low) / 10, 6) for i in range(11)]
+    if "array" in kinds:
+        bounded.setdefault("maxItems", (DECODING_ITEMS, DECODING_NESTED_ITEMS)[arrays] if arrays < 2
+                           else DECODING_DEEP_ITEMS)
+        if "items" in bounded:
+            bounded["items"] = schema_bounded(schema=bounded["items"], arrays=arrays + 1)
+    if isinstance(bounded.get("properties"), dict):
+        bounded["properties"] = {name: schema_bounded(schema=sub, key=name, arrays=arrays)
+                                 for name, sub in bounded["properties"].items()}
+    return bounded
+
+
+def schema_max_tokens(*, schema: Any) -> int:
+    """The output tokens a reply that fills every bound of a bounded schema could take: what max_tokens must allow
+    so that a constrained reply is never cut."""
+    return int(_max_chars(schema) / DECODING_CHARS_PER_TOKEN) + 16
+
+
+def _max_chars(schema: Any) -> int:
+    if not isinstance(schema, dict):
+        return 8
+    if "enum" in schema:
+        return max((len(json.dumps(value)) for value in schema["enum"]), default=4)
+    kinds = schema.get("type")
+    kinds = kinds if isinstance(kinds, list) else [kinds]
+    sizes = []
+    for kind in kinds:
+        if kind == "string":
+            sizes.append(schema.get("maxLength", DECODING_STRING_CHARS) + 2)
+        elif kind == "array":
+            sizes.append(schema.get("maxItems", DECODING_ITEMS) * (_max_chars(schema.get("items")) + 2) + 2)
+        elif kind == "object":
+            sizes.append(sum(len(name) + 4 + _max_chars(sub) for name, sub in (schema.get("properties") or {}).items())
+                         + 2)
+        else:  # number, integer, boolean, null
+            sizes.append(24)
+    return max(sizes, default=24)
 
 
 def response_format_for(*, endpoint: LlmEndpoint, schema: dict | None, schema_name: str = "reply") -> dict:
     if schema is None or not structured_output_on(endpoint=endpoint):
         return {"type": "json_object"}
+    schema = schema_bounded(schema=schema)
+    if (endpoint.structured_output or "").lower() == JSON_OBJECT_SCHEMA:
+        # llama-cpp-python's server (and Anyscale-style APIs) constrain decoding to a schema given this way and
+        # answer the OpenAI json_schema form with a 500.
+        return {"type": "json_object", "schema": schema}
     # Not strict: strict mode rejects schemas with optional keys or open objects, which the judges' schemas have.
     name = _SCHEMA_NAME.sub("_", schema_name).strip("_")[:64] or "reply"
     return {"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": False}}
@@ -230,6 +300,9 @@ def llm_complete(*, endpoint: LlmEndpoint, messages: list[dict], usage: LlmUsage
     response_format = response_format_for(endpoint=endpoint, schema=schema, schema_name=schema_name)
     max_tokens = endpoint.request_max_tokens()
     ceiling = endpoint.max_tokens_ceiling or max_tokens * 2
+    if response_format["type"] != "json_object" or "schema" in response_format:
+        # Constrained decoding: room for the longest reply the bounded schema allows (up to the ceiling).
+        max_tokens = max(max_tokens, min(schema_max_tokens(schema=schema_bounded(schema=schema)), ceiling))
     failures = 0
     widened = False
     while True:

@@ -6,7 +6,8 @@
   reply cut by the limit is retried once with the limit doubled up to this ceiling.
 * CLEAR_JUDGE_STRUCTURED_OUTPUT (auto): `on` sends the reply's JSON schema in `response_format`, `off` asks for a
   JSON object only, `auto` sends the schema where LiteLLM says the model supports it (a local OpenAI-compatible
-  server usually needs `on`: LiteLLM does not know what it serves).
+  server usually needs `on`: LiteLLM does not know what it serves); `json_object_schema` sends the schema as
+  `{"type": "json_object", "schema": …}`, the form llama-cpp-python's server takes (it answers `on`'s with a 500).
 
 Read from Django settings when they are configured, else from the environment (the evolution backend may run
 without Django). The evolution `litellm` backend's own config overrides these for its roles.
@@ -20,7 +21,9 @@ from dataclasses import dataclass
 DEFAULT_TIMEOUT_S = 60.0
 DEFAULT_MAX_RETRIES = 3
 DEFAULT_MAX_TOKENS = 4096
-STRUCTURED_OUTPUT_MODES = ("auto", "on", "off")
+JSON_OBJECT_SCHEMA = "json_object_schema"
+STRUCTURED_OUTPUT_MODES = ("auto", "on", "off", JSON_OBJECT_SCHEMA)
+STRUCTURED_OUTPUT_HINT = "use auto, on, off or json_object_schema"
 
 # What each kind of call asks for, sized from its reply schema (a reply this long is already verbose; the ceiling
 # and the one doubling retry cover the rest). Kinds with a per-item reply add per item.
@@ -47,7 +50,7 @@ class LlmLimits:
 def structured_output_mode(*, value: object, name: str = "CLEAR_JUDGE_STRUCTURED_OUTPUT") -> str:
     mode = str(value if value is not None else "auto").strip().lower() or "auto"
     if mode not in STRUCTURED_OUTPUT_MODES:
-        raise ValueError(f"{name}={value!r}: use auto, on or off")
+        raise ValueError(f"{name}={value!r}: {STRUCTURED_OUTPUT_HINT}")
     return mode
 
 

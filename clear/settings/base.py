@@ -7,6 +7,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from clear.env import env_bool, env_float, env_int, env_list, env_str
+from clear.llm_limits import STRUCTURED_OUTPUT_HINT, STRUCTURED_OUTPUT_MODES
 
 # Importing LiteLLM otherwise downloads its price table and hangs on a closed network.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -265,8 +266,9 @@ CLEAR_JUDGE_TIMEOUT_SECONDS = env_float("CLEAR_JUDGE_TIMEOUT_SECONDS", 60.0)
 CLEAR_JUDGE_MAX_RETRIES = env_int("CLEAR_JUDGE_MAX_RETRIES", 3)
 CLEAR_JUDGE_MAX_TOKENS = env_int("CLEAR_JUDGE_MAX_TOKENS", 4096)
 CLEAR_JUDGE_STRUCTURED_OUTPUT = env_str("CLEAR_JUDGE_STRUCTURED_OUTPUT", "auto").strip().lower() or "auto"
-if CLEAR_JUDGE_STRUCTURED_OUTPUT not in ("auto", "on", "off"):
-    raise ImproperlyConfigured(f"CLEAR_JUDGE_STRUCTURED_OUTPUT={CLEAR_JUDGE_STRUCTURED_OUTPUT!r}: use auto, on or off")
+if CLEAR_JUDGE_STRUCTURED_OUTPUT not in STRUCTURED_OUTPUT_MODES:
+    raise ImproperlyConfigured(f"CLEAR_JUDGE_STRUCTURED_OUTPUT={CLEAR_JUDGE_STRUCTURED_OUTPUT!r}: "
+                               f"{STRUCTURED_OUTPUT_HINT}")
 CLEAR_EMBEDDING_MODEL = env_str("CLEAR_EMBEDDING_MODEL")
 CLEAR_TRACE_QUIET_SECONDS = env_float("CLEAR_TRACE_QUIET_SECONDS", 30.0)
 

@@ -13,7 +13,7 @@ request's env, else the process env), temperature (0), max_files (8), max_file_b
 CLEAR_JUDGE_* settings they default to (clear/llm_limits.py): max_tokens (every request's size; default the role's
 size, EVOLUTION_ROLE_MAX_TOKENS, under the ceiling), max_tokens_ceiling (how far a reply cut by the limit may be
 asked again: CLEAR_JUDGE_MAX_TOKENS, at least max_tokens), max_retries (CLEAR_JUDGE_MAX_RETRIES: connection errors,
-5xx, 429s and timeouts), structured_output (auto|on|off, CLEAR_JUDGE_STRUCTURED_OUTPUT: the role's reply schema in
+5xx, 429s and timeouts), structured_output (auto|on|off|json_object_schema, CLEAR_JUDGE_STRUCTURED_OUTPUT: the role's reply schema in
 response_format).
 """
 

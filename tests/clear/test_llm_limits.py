@@ -33,7 +33,7 @@ def test_the_settings_have_defaults(monkeypatch):
 
 def test_an_unknown_structured_output_mode_is_refused(monkeypatch):
     monkeypatch.setenv("CLEAR_JUDGE_STRUCTURED_OUTPUT", "sometimes")
-    with pytest.raises(ImproperlyConfigured, match="auto, on or off"):
+    with pytest.raises(ImproperlyConfigured, match="auto, on, off or json_object_schema"):
         runpy.run_path(str(BASE_SETTINGS))
 
 

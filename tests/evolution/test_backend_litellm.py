@@ -296,11 +296,20 @@ def test_the_model_call_limits_default_to_the_settings_and_the_config_takes_prec
 
 
 def test_a_role_reply_cut_twice_fails_with_the_length_cause(fake_llm, repo, tmp_path, monkeypatch):
-    backend = _configured(fake_llm, monkeypatch, max_tokens=500, max_tokens_ceiling=800)
+    backend = _configured(fake_llm, monkeypatch, max_tokens=500, max_tokens_ceiling=800, structured_output="off")
     fake_llm.script(default={"content": '{"status": "DO', "finish_reason": "length"})
     result = backend.run_role(_request(repo, tmp_path))
     assert result.exit_code != 0 and "invalid_output:length" in result.error
     assert [r["max_tokens"] for r in fake_llm.requests] == [500, 800]
+
+
+def test_with_structured_output_a_role_asks_for_room_for_its_whole_bounded_reply(fake_llm, repo, tmp_path,
+                                                                                 monkeypatch):
+    backend = _configured(fake_llm, monkeypatch, max_tokens=500, max_tokens_ceiling=800, structured_output="on")
+    fake_llm.script(default={"content": '{"status": "DO', "finish_reason": "length"})
+    backend.run_role(_request(repo, tmp_path))
+    # The bounded schema's longest reply is more than the ceiling: asked with the ceiling once, never repeated.
+    assert [r["max_tokens"] for r in fake_llm.requests] == [800]
 
 
 @pytest.mark.parametrize("config, message", [
@@ -308,7 +317,7 @@ def test_a_role_reply_cut_twice_fails_with_the_length_cause(fake_llm, repo, tmp_
     ({"temperature": "hot"}, "'temperature' must be a number"),
     ({"max_tokens": -5}, "'max_tokens' must be a positive integer"),
     ({"max_tokens_ceiling": 0}, "'max_tokens_ceiling' must be a positive integer"),
-    ({"structured_output": "always"}, "structured_output='always': use auto, on or off"),
+    ({"structured_output": "always"}, "structured_output='always': use auto, on, off or json_object_schema"),
 ])
 def test_bad_config_is_refused(config, message):
     with pytest.raises(BackendError, match=message):

@@ -31,7 +31,7 @@ class LlmJudgeConfig:
     timeout: float = 60.0
     max_retries: int = 3  # connection errors, 5xx, 429 and timeouts, with backoff (honour Retry-After)
     max_tokens: int = DEFAULT_MAX_TOKENS  # ceiling of every call's max_tokens (each kind asks for its own size)
-    structured_output: str = "auto"  # auto | on | off: the reply's JSON schema in response_format
+    structured_output: str = "auto"  # auto | on | off | json_object_schema (clear/llm_limits.py)
     price_overrides: dict[str, tuple[float, float]] | None = None  # model -> (usd per input token, per output)
     cache_get: Callable[[str], dict | None] | None = None  # content-hash cache supplied by the caller
     cache_put: Callable[[str, dict], None] | None = None

@@ -36,6 +36,13 @@ def step_max_tokens(steps: int) -> int:
     return STEP_JUDGE_MAX_TOKENS + STEP_JUDGE_TOKENS_PER_STEP * max(0, steps - 4)
 
 
+def step_schema(steps: int) -> dict:
+    """The reply's schema for a batch of `steps`: at most one verdict per step, so that constrained decoding stops
+    after the last one (a small model otherwise invents more); a missing one is handled as before."""
+    batch = {**STEP_SCHEMA["properties"]["steps"], "maxItems": steps}
+    return {**STEP_SCHEMA, "properties": {**STEP_SCHEMA["properties"], "steps": batch}}
+
+
 def judged_steps(trace: TraceView, index: TraceIndex, *, trace_judge: bool) -> list:
     """LLM, TOOL and AGENT spans; the root AGENT span is left to the trace judge when that one runs."""
     return [s for s in trace.spans
@@ -69,7 +76,8 @@ def run_step_judges(trace: TraceView, index: TraceIndex, config: LlmJudgeConfig,
     results: list[JudgeResult] = []
     for number, block in enumerate(blocks, start=1):
         payload = {"goal": goal["goal"], "steps": block.items}
-        outcome = call_json(judge=STEP_JUDGE, messages=messages_for(STEP_JUDGE, payload), schema=STEP_SCHEMA,
+        outcome = call_json(judge=STEP_JUDGE, messages=messages_for(STEP_JUDGE, payload),
+                            schema=step_schema(len(block.items)),
                             config=config, gate=gate, check=_coverage_check(block.span_ids),
                             output_estimate=OUTPUT_TOKENS_PER_STEP * len(block.items),
                             max_tokens=step_max_tokens(len(block.items)))

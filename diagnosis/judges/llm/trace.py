@@ -76,6 +76,12 @@ def _trace_check(rubric_ids: list[str], span_ids: set[str], recorded_outcome: st
     return check
 
 
+def trace_schema(rubrics: int) -> dict:
+    """The reply's schema with at most one entry per rubric shown, so that constrained decoding stops there."""
+    entries = {**TRACE_SCHEMA["properties"]["rubrics"], "maxItems": rubrics}
+    return {**TRACE_SCHEMA, "properties": {**TRACE_SCHEMA["properties"], "rubrics": entries}}
+
+
 def run_trace_judge(trace: TraceView, index: TraceIndex, rubrics: list[dict], config: LlmJudgeConfig,
                     gate: BudgetGate) -> list[JudgeResult]:
     results: list[JudgeResult] = []
@@ -113,7 +119,8 @@ def run_trace_judge(trace: TraceView, index: TraceIndex, rubrics: list[dict], co
         if len(blocks) > 1:
             payload["window"] = {"number": number, "of": len(blocks)}
         if last:
-            outcome = call_json(judge=TRACE_JUDGE, messages=messages_for(TRACE_JUDGE, payload), schema=TRACE_SCHEMA,
+            outcome = call_json(judge=TRACE_JUDGE, messages=messages_for(TRACE_JUDGE, payload),
+                                schema=trace_schema(len(items)),
                                 config=config, gate=gate, output_estimate=TRACE_OUTPUT_TOKENS,
                                 max_tokens=TRACE_JUDGE_MAX_TOKENS + TRACE_JUDGE_TOKENS_PER_RUBRIC * len(items),
                                 check=_trace_check([i["id"] for i in items], set(index.by_id), trace.outcome))

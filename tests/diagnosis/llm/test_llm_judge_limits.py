@@ -9,11 +9,14 @@ from types import SimpleNamespace
 import pytest
 
 from clear import llm
+from clear.llm import schema_bounded
 from clear.llm_limits import NAMING_MAX_TOKENS, STEP_JUDGE_MAX_TOKENS, TRACE_JUDGE_MAX_TOKENS, \
     TRACE_JUDGE_TOKENS_PER_RUBRIC
 from diagnosis.insights.naming import NAMING_JUDGE, NAMING_SCHEMA, NamingUsage, llm_namer_build
 from diagnosis.judges.llm import LlmJudgeConfig, judge_trace_with_llm
 from diagnosis.judges.llm.schema import STEP_SCHEMA, TRACE_SCHEMA
+from diagnosis.judges.llm.step import step_schema
+from diagnosis.judges.llm.trace import trace_schema
 from tests.diagnosis.llm.helpers import judge_of, judge_reply, linear_trace
 
 LOCAL_MODEL = "openai/clear-local-model"  # a model LiteLLM does not know, as a local server's would be
@@ -63,8 +66,36 @@ def test_structured_output_on_sends_each_judges_schema(fake_llm):
 
     [step], [trace] = requests_of(fake_llm, "llm.step"), requests_of(fake_llm, "llm.trace")
     assert step["response_format"] == {"type": "json_schema", "json_schema": {
-        "name": "llm_step", "schema": STEP_SCHEMA, "strict": False}}
-    assert trace["response_format"]["json_schema"]["schema"] == TRACE_SCHEMA
+        "name": "llm_step", "schema": schema_bounded(schema=step_schema(4)), "strict": False}}
+    assert trace["response_format"]["json_schema"]["schema"] == schema_bounded(schema=trace_schema(len(RUBRICS)))
+
+
+def test_json_object_schema_sends_the_schema_the_way_llama_cpp_python_takes_it(fake_llm):
+    fake_llm.script(default=judge_reply)
+    judge(fake_llm, structured_output="json_object_schema")
+
+    [step], [trace] = requests_of(fake_llm, "llm.step"), requests_of(fake_llm, "llm.trace")
+    assert step["response_format"] == {"type": "json_object", "schema": schema_bounded(schema=step_schema(4))}
+    assert trace["response_format"] == {"type": "json_object",
+                                        "schema": schema_bounded(schema=trace_schema(len(RUBRICS)))}
+    # Room for the longest reply the bounded schema allows (under the ceiling), so a constrained reply is never cut.
+    assert step["max_tokens"] == min(4096, llm.schema_max_tokens(schema=schema_bounded(schema=step_schema(4))))
+
+
+def test_the_decoding_schema_bounds_every_open_string_and_array():
+    bounded = schema_bounded(schema=STEP_SCHEMA)
+    step = bounded["properties"]["steps"]
+    assert step["maxItems"] == llm.DECODING_ITEMS
+    assert schema_bounded(schema=step_schema(3))["properties"]["steps"]["maxItems"] == 3  # the batch's size
+    props = step["items"]["properties"]
+    assert props["critique"]["maxLength"] == llm.DECODING_STRING_CHARS
+    assert props["span_id"]["maxLength"] == llm.DECODING_ID_CHARS
+    assert "maxLength" not in props["verdict"]  # an enum closes by itself
+    assert props["score"]["enum"] == [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]  # grammars ignore maximum
+    issues = props["issues"]
+    assert issues["maxItems"] == llm.DECODING_NESTED_ITEMS
+    assert issues["items"]["properties"]["evidence"]["maxItems"] == llm.DECODING_DEEP_ITEMS
+    assert "maxItems" not in STEP_SCHEMA["properties"]["steps"]  # the caller's schema (validation) is untouched
 
 
 @pytest.mark.parametrize("mode", ["off", "auto"])  # auto: LiteLLM does not know the local model
@@ -158,7 +189,7 @@ def test_a_naming_request_carries_max_tokens_and_the_schema_when_on(settings, fa
     sent = fake_llm.requests[-1]
     assert sent["max_tokens"] == NAMING_MAX_TOKENS
     expected = {"type": "json_schema", "json_schema": {"name": NAMING_JUDGE.replace(".", "_"),
-                                                       "schema": NAMING_SCHEMA, "strict": False}}
+                                                       "schema": schema_bounded(schema=NAMING_SCHEMA), "strict": False}}
     assert sent["response_format"] == (expected if mode == "on" else {"type": "json_object"})
 
 
