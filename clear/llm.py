@@ -224,6 +224,11 @@ def schema_bounded(*, schema: Any, key: str = "", arrays: int = 0) -> Any:
     without maxItems a maxItems, so that a grammar built from it always closes."""
     if not isinstance(schema, dict):
         return schema
+    if isinstance(schema.get("type"), list) and len(schema["type"]) > 1:
+        # One alternative per type: grammar converters turn a type list into bare types and lose an object's
+        # properties and required keys (llama-cpp-python's did: a root_cause came back as {}).
+        return {"anyOf": [schema_bounded(schema={"type": "null"} if kind == "null" else {**schema, "type": kind},
+                                         key=key, arrays=arrays) for kind in schema["type"]]}
     bounded = dict(schema)
     kinds = bounded.get("type")
     kinds = kinds if isinstance(kinds, list) else [kinds]
@@ -237,8 +242,10 @@ def schema_bounded(*, schema: Any, key: str = "", arrays: int = 0) -> Any:
     if "array" in kinds:
         bounded.setdefault("maxItems", (DECODING_ITEMS, DECODING_NESTED_ITEMS)[arrays] if arrays < 2
                            else DECODING_DEEP_ITEMS)
-        if "items" in bounded:
+        if isinstance(bounded.get("items"), dict):
             bounded["items"] = schema_bounded(schema=bounded["items"], arrays=arrays + 1)
+        if isinstance(bounded.get("prefixItems"), list):
+            bounded["prefixItems"] = [schema_bounded(schema=item, arrays=arrays + 1) for item in bounded["prefixItems"]]
     if isinstance(bounded.get("properties"), dict):
         bounded["properties"] = {name: schema_bounded(schema=sub, key=name, arrays=arrays)
                                  for name, sub in bounded["properties"].items()}
@@ -256,12 +263,18 @@ def _max_chars(schema: Any) -> int:
         return 8
     if "enum" in schema:
         return max((len(json.dumps(value)) for value in schema["enum"]), default=4)
+    if "const" in schema:
+        return len(json.dumps(schema["const"]))
+    if "anyOf" in schema:
+        return max((_max_chars(sub) for sub in schema["anyOf"]), default=24)
     kinds = schema.get("type")
     kinds = kinds if isinstance(kinds, list) else [kinds]
     sizes = []
     for kind in kinds:
         if kind == "string":
             sizes.append(schema.get("maxLength", DECODING_STRING_CHARS) + 2)
+        elif kind == "array" and isinstance(schema.get("prefixItems"), list):
+            sizes.append(sum(_max_chars(item) + 2 for item in schema["prefixItems"]) + 2)
         elif kind == "array":
             sizes.append(schema.get("maxItems", DECODING_ITEMS) * (_max_chars(schema.get("items")) + 2) + 2)
         elif kind == "object":

@@ -117,8 +117,11 @@ def _cached(outcome: CallOutcome, config: LlmJudgeConfig, schema: dict, check: C
 
 
 def call_json(*, judge: str, messages: list[dict], schema: dict, config: LlmJudgeConfig, gate: BudgetGate,
-              check: Check | None = None, output_estimate: int = 1000, max_tokens: int | None = None) -> CallOutcome:
-    """`max_tokens`: this kind of call's output size (capped by the config's ceiling; None: the ceiling)."""
+              check: Check | None = None, output_estimate: int = 1000, max_tokens: int | None = None,
+              decoding_schema: dict | None = None) -> CallOutcome:
+    """`max_tokens`: this kind of call's output size (capped by the config's ceiling; None: the ceiling).
+    `decoding_schema`: a stricter schema for constrained decoding only (e.g. this batch's span ids); replies are
+    validated against `schema`, so a model without structured output keeps the lenient rules."""
     outcome = CallOutcome(cache_key=cache_key(judge, config.model, messages))
     if _cached(outcome, config, schema, check):
         return outcome
@@ -129,8 +132,8 @@ def call_json(*, judge: str, messages: list[dict], schema: dict, config: LlmJudg
             raise _BudgetSaidNo()
         calls_before, tokens_before = outcome.calls, outcome.input_tokens + outcome.output_tokens
         try:
-            return llm_complete(endpoint=endpoint, messages=conversation, usage=outcome, schema=schema,
-                                schema_name=judge)
+            return llm_complete(endpoint=endpoint, messages=conversation, usage=outcome,
+                                schema=decoding_schema or schema, schema_name=judge)
         finally:
             _charge(outcome, gate, config, tokens_before, outcome.calls - calls_before)
 

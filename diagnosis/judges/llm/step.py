@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import json
 
-from clear.llm import price_per_token
+from clear.llm import price_per_token, schema_bounded, schema_max_tokens
+from clear.llm_limits import JSON_OBJECT_SCHEMA
 from clear.llm_limits import STEP_JUDGE_MAX_TOKENS, STEP_JUDGE_TOKENS_PER_STEP
 from diagnosis.judges.contract import JudgeResult, TraceView
 
@@ -36,11 +37,30 @@ def step_max_tokens(steps: int) -> int:
     return STEP_JUDGE_MAX_TOKENS + STEP_JUDGE_TOKENS_PER_STEP * max(0, steps - 4)
 
 
-def step_schema(steps: int) -> dict:
+def step_schema(steps: int, *, span_ids: list[str] | None = None) -> dict:
     """The reply's schema for a batch of `steps`: at most one verdict per step, so that constrained decoding stops
-    after the last one (a small model otherwise invents more); a missing one is handled as before."""
+    after the last one (a small model otherwise invents more); a missing one is handled as before. With
+    `span_ids` (constrained decoding only): exactly one verdict per step, in the batch's order (a tuple: the model
+    otherwise repeats one span id and leaves the others without a verdict)."""
     batch = {**STEP_SCHEMA["properties"]["steps"], "maxItems": steps}
+    if span_ids:
+        item = batch["items"]
+        batch = {"type": "array", "minItems": len(span_ids), "maxItems": len(span_ids), "items": False,
+                 "prefixItems": [{**item, "properties": {**item["properties"], "span_id": {"const": span_id}}}
+                                 for span_id in span_ids]}
     return {**STEP_SCHEMA, "properties": {**STEP_SCHEMA["properties"], "steps": batch}}
+
+
+def steps_per_call(config: LlmJudgeConfig) -> int:
+    """MAX_STEPS_PER_CALL, or with structured output set to on / json_object_schema the most steps whose longest bounded reply fits under the
+    max_tokens ceiling: a grammar-bound reply then always closes before the limit (a small model fills the bounds)."""
+    if (config.structured_output or "").lower() not in ("on", JSON_OBJECT_SCHEMA):
+        # Only where constrained decoding was asked for (a local server): a capable model under `auto` never fills
+        # the bounds, and smaller batches would cost it more calls.
+        return MAX_STEPS_PER_CALL
+    fits = [n for n in range(1, MAX_STEPS_PER_CALL + 1)
+            if schema_max_tokens(schema=schema_bounded(schema=step_schema(n))) <= config.max_tokens]
+    return max(fits, default=1)
 
 
 def judged_steps(trace: TraceView, index: TraceIndex, *, trace_judge: bool) -> list:
@@ -72,12 +92,13 @@ def run_step_judges(trace: TraceView, index: TraceIndex, config: LlmJudgeConfig,
     overhead = estimate_tokens(SYSTEM_PROMPTS[STEP_JUDGE]) + estimate_tokens(user_message(STEP_JUDGE, goal)) + 32
     budget = max(MIN_DATA_TOKENS, config.max_context_tokens - overhead)
     blocks = pack(steps, lambda span, state: render_span(span, index, state, for_step=True),
-                  budget_tokens=budget, max_items=MAX_STEPS_PER_CALL)
+                  budget_tokens=budget, max_items=steps_per_call(config))
     results: list[JudgeResult] = []
     for number, block in enumerate(blocks, start=1):
         payload = {"goal": goal["goal"], "steps": block.items}
         outcome = call_json(judge=STEP_JUDGE, messages=messages_for(STEP_JUDGE, payload),
                             schema=step_schema(len(block.items)),
+                            decoding_schema=step_schema(len(block.items), span_ids=block.span_ids),
                             config=config, gate=gate, check=_coverage_check(block.span_ids),
                             output_estimate=OUTPUT_TOKENS_PER_STEP * len(block.items),
                             max_tokens=step_max_tokens(len(block.items)))

@@ -76,10 +76,25 @@ def _trace_check(rubric_ids: list[str], span_ids: set[str], recorded_outcome: st
     return check
 
 
-def trace_schema(rubrics: int) -> dict:
-    """The reply's schema with at most one entry per rubric shown, so that constrained decoding stops there."""
-    entries = {**TRACE_SCHEMA["properties"]["rubrics"], "maxItems": rubrics}
-    return {**TRACE_SCHEMA, "properties": {**TRACE_SCHEMA["properties"], "rubrics": entries}}
+DECODING_SPAN_IDS = 500  # a root cause's span id is chosen from the trace's spans when there are no more than this
+
+
+def trace_schema(rubrics: int, *, rubric_ids: list[str] | None = None, span_ids: list[str] | None = None) -> dict:
+    """The reply's schema with at most one entry per rubric shown, so that constrained decoding stops there. With
+    `rubric_ids` / `span_ids` (constrained decoding only): the rubric entries in order, the root cause naming one of
+    the trace's spans (the checks after the reply refuse anything else)."""
+    properties = dict(TRACE_SCHEMA["properties"])
+    properties["rubrics"] = {**properties["rubrics"], "maxItems": rubrics}
+    if rubric_ids:
+        item = properties["rubrics"]["items"]
+        properties["rubrics"] = {
+            "type": "array", "minItems": len(rubric_ids), "maxItems": len(rubric_ids), "items": False,
+            "prefixItems": [{**item, "properties": {**item["properties"], "id": {"const": rid}}} for rid in rubric_ids]}
+    if span_ids and len(span_ids) <= DECODING_SPAN_IDS:
+        cause = properties["root_cause"]
+        properties["root_cause"] = {**cause, "properties": {**cause["properties"],
+                                                             "span_id": {"type": "string", "enum": list(span_ids)}}}
+    return {**TRACE_SCHEMA, "properties": properties}
 
 
 def run_trace_judge(trace: TraceView, index: TraceIndex, rubrics: list[dict], config: LlmJudgeConfig,
@@ -121,6 +136,8 @@ def run_trace_judge(trace: TraceView, index: TraceIndex, rubrics: list[dict], co
         if last:
             outcome = call_json(judge=TRACE_JUDGE, messages=messages_for(TRACE_JUDGE, payload),
                                 schema=trace_schema(len(items)),
+                                decoding_schema=trace_schema(len(items), rubric_ids=[str(i["id"]) for i in items],
+                                                             span_ids=sorted(index.by_id)),
                                 config=config, gate=gate, output_estimate=TRACE_OUTPUT_TOKENS,
                                 max_tokens=TRACE_JUDGE_MAX_TOKENS + TRACE_JUDGE_TOKENS_PER_RUBRIC * len(items),
                                 check=_trace_check([i["id"] for i in items], set(index.by_id), trace.outcome))

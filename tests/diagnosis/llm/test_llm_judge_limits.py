@@ -60,14 +60,31 @@ def test_the_ceiling_caps_every_kind(fake_llm):
     assert sorted(r["max_tokens"] for r in fake_llm.requests) == [1024, 1500]
 
 
+def _assert_trace_decoding(schema: dict) -> None:
+    """The trace judge's decoding schema: one entry per rubric in order, a root cause naming one of the spans."""
+    spans = sorted(span.span_id for span in linear_trace(4).spans)
+    assert schema == schema_bounded(schema=trace_schema(len(RUBRICS), rubric_ids=["r1"], span_ids=spans))
+    assert [item["properties"]["id"]["const"] for item in schema["properties"]["rubrics"]["prefixItems"]] == ["r1"]
+
+
+def _decoded_span_ids(schema: dict) -> list[str]:
+    """The batch's span ids the decoding schema allows: exactly the four judged steps of the trace."""
+    steps = schema["properties"]["steps"]
+    ids = [item["properties"]["span_id"]["const"] for item in steps["prefixItems"]]  # one verdict per step, in order
+    assert steps["minItems"] == steps["maxItems"] == 4 and len(set(ids)) == 4
+    assert set(ids) <= {span.span_id for span in linear_trace(4).spans}
+    return ids
+
+
 def test_structured_output_on_sends_each_judges_schema(fake_llm):
     fake_llm.script(default=judge_reply)
     judge(fake_llm, structured_output="on")
 
     [step], [trace] = requests_of(fake_llm, "llm.step"), requests_of(fake_llm, "llm.trace")
+    ids = _decoded_span_ids(step["response_format"]["json_schema"]["schema"])
     assert step["response_format"] == {"type": "json_schema", "json_schema": {
-        "name": "llm_step", "schema": schema_bounded(schema=step_schema(4)), "strict": False}}
-    assert trace["response_format"]["json_schema"]["schema"] == schema_bounded(schema=trace_schema(len(RUBRICS)))
+        "name": "llm_step", "schema": schema_bounded(schema=step_schema(4, span_ids=ids)), "strict": False}}
+    _assert_trace_decoding(trace["response_format"]["json_schema"]["schema"])
 
 
 def test_json_object_schema_sends_the_schema_the_way_llama_cpp_python_takes_it(fake_llm):
@@ -75,11 +92,13 @@ def test_json_object_schema_sends_the_schema_the_way_llama_cpp_python_takes_it(f
     judge(fake_llm, structured_output="json_object_schema")
 
     [step], [trace] = requests_of(fake_llm, "llm.step"), requests_of(fake_llm, "llm.trace")
-    assert step["response_format"] == {"type": "json_object", "schema": schema_bounded(schema=step_schema(4))}
-    assert trace["response_format"] == {"type": "json_object",
-                                        "schema": schema_bounded(schema=trace_schema(len(RUBRICS)))}
+    ids = _decoded_span_ids(step["response_format"]["schema"])
+    assert step["response_format"] == {"type": "json_object",
+                                       "schema": schema_bounded(schema=step_schema(4, span_ids=ids))}
+    assert trace["response_format"]["type"] == "json_object"
+    _assert_trace_decoding(trace["response_format"]["schema"])
     # Room for the longest reply the bounded schema allows (under the ceiling), so a constrained reply is never cut.
-    assert step["max_tokens"] == min(4096, llm.schema_max_tokens(schema=schema_bounded(schema=step_schema(4))))
+    assert step["max_tokens"] == min(4096, llm.schema_max_tokens(schema=step["response_format"]["schema"]))
 
 
 def test_the_decoding_schema_bounds_every_open_string_and_array():

@@ -1,0 +1,1 @@
+"""Model-mode benchmark against a real model server: see README.md and run.py."""

@@ -1,0 +1,3 @@
+from benchmarks.model_mode.run import main
+
+main()
