@@ -248,7 +248,7 @@ def spans_ingest(*, project: Project, spans: list[SpanRecord], provided_fields: 
         if resent:
             updated = _resends_merge(traces=traces, records=resent, inferred=inferred)
             result.resends_updated = sum(updated.values())
-            changed_traces.update(pk for pk in updated if pk in {t.pk for t in traces.values() if t.judged_at})
+            changed_traces.update(trace.pk for trace in traces.values() if trace.judged_at and trace.pk in updated)
         created = spans_insert(rows)  # COPY on Postgres, bulk_create(ignore_conflicts=True) elsewhere
         result.spans_created = len(created)
         if changed_traces:
