@@ -133,6 +133,8 @@ class RunApiOutputSerializer(RunOutputSerializer):
 class RunListApi(ProjectApi):
     """Diagnosis runs of the key's project, newest first."""
 
+    is_paginated = True
+
     @extend_schema(operation_id="runs_list", parameters=PAGINATION_PARAMETERS,
                    responses=paginated(RunApiOutputSerializer, "PaginatedRunList"))
     def get(self, request: Request) -> Response:
@@ -258,6 +260,8 @@ class FeedbackRowSerializer(FeedbackOutputSerializer):
 class FeedbackListApi(ProjectApi):
     """Judges' feedback in the key's project, oldest first; filter by run, trace, judge and verdict."""
 
+    is_paginated = True
+
     class FilterSerializer(serializers.Serializer):
         run = serializers.UUIDField(required=False)
         trace = serializers.CharField(required=False, max_length=32, help_text="a trace id")
@@ -293,6 +297,8 @@ class RubricInputSerializer(serializers.Serializer):
 
 class RubricListApi(ProjectApi):
     """The project's rubrics by name."""
+
+    is_paginated = True
 
     @extend_schema(operation_id="rubrics_list", parameters=PAGINATION_PARAMETERS,
                    responses=paginated(RubricOutputSerializer, "PaginatedRubricList"))

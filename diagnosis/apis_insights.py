@@ -15,6 +15,7 @@ from rest_framework.response import Response
 from clear.api.base import ProjectApi
 from clear.api.fields import POSTGRES_BIGINT_MAX
 from clear.api.pagination import PAGINATION_PARAMETERS, page_body, paginate, paginated
+from diagnosis.apis_insight_output import InsightOutputSerializer, insight_rows
 from diagnosis.models import DiagnosisRun, Insight
 from diagnosis.selectors import insight_evidence_list, insight_get, insight_list, insight_statement_list
 from diagnosis.services.compare import (
@@ -35,27 +36,11 @@ from diagnosis.services.insights_review import (
 )
 
 
-class InsightOutputSerializer(serializers.ModelSerializer):
-    first_run_id = serializers.UUIDField(allow_null=True)
-    last_run_id = serializers.UUIDField(allow_null=True)
-    merged_into_id = serializers.IntegerField(allow_null=True)
-    affected_nodes = serializers.DictField(child=serializers.IntegerField(), help_text="{node: statements}")
-    trend = serializers.ListField(child=serializers.DictField(), help_text="[{release, count, judged, frequency, "
-                                                                             "run}]")
-
-    class Meta:
-        model = Insight
-        fields = [
-            "id", "level", "node", "is_other", "title", "description", "root_cause", "recommendation", "severity",
-            "count", "trace_count", "frequency", "frequency_low", "frequency_high", "lift", "lift_low", "lift_high",
-            "affected_nodes", "first_seen", "last_seen", "first_run_id", "last_run_id", "status", "review",
-            "merged_into_id", "trend", "created_at", "updated_at",
-        ]
-
-
 class InsightListApi(ProjectApi):
-    """The project's insights (recurring failure patterns), most recently seen first; rejected and merged ones are
-    left out."""
+    """The project's insights (recurring failure patterns), most recently seen first, each with its failure
+    association and its ticket; rejected and merged ones are left out."""
+
+    is_paginated = True
 
     class FilterSerializer(serializers.Serializer):
         level = serializers.ChoiceField(choices=Insight.Level.values, required=False)
@@ -79,11 +64,11 @@ class InsightListApi(ProjectApi):
         if run_id and run is None:
             insights = insights.none()  # a run of another project, or none: matches nothing, like any filter value
         page = paginate(queryset=insights, request=request, ordering=("-seen", "-pk"))
-        return Response(page_body(page=page, results=InsightOutputSerializer(page.rows, many=True).data))
+        return Response(page_body(page=page, results=insight_rows(project=project, insights=page.rows)))
 
 
 class InsightDetailApi(ProjectApi):
-    """One insight."""
+    """One insight, with its failure association and its ticket, as the insight page shows them."""
 
     @extend_schema(operation_id="insights_retrieve", responses=InsightOutputSerializer)
     def get(self, request: Request, insight_id: int) -> Response:
@@ -92,6 +77,8 @@ class InsightDetailApi(ProjectApi):
 
 class InsightEvidenceListApi(ProjectApi):
     """Verified citations of an insight: the span (and quote) each statement cites, newest run first."""
+
+    is_paginated = True
 
     class OutputSerializer(serializers.Serializer):
         id = serializers.IntegerField()
@@ -115,6 +102,8 @@ class InsightEvidenceListApi(ProjectApi):
 class InsightStatementListApi(ProjectApi):
     """The statements (one problem a judge reported) an insight holds at its level, e.g. to choose which to split
     off; statements of feedback marked wrong are left out."""
+
+    is_paginated = True
 
     class FilterSerializer(serializers.Serializer):
         run = serializers.UUIDField(required=False, help_text="statements of this run only")

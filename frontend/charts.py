@@ -27,21 +27,46 @@ def _nice_ceiling(value: float) -> float:
 
 
 def _label(moment, unit: str) -> str:
+    if unit == "month":
+        return moment.strftime("%Y-%m")
     return moment.strftime("%m-%d %H:%M" if unit in ("minute", "hour") else "%Y-%m-%d")
 
 
+_LABEL_ROOM = 70  # px an axis label needs
+
+
+def _duration_words(gap) -> str:
+    days = gap.total_seconds() / 86400
+    if days >= 60:
+        return f"about {round(days / 30.44)} months"
+    if days >= 1:
+        return f"{round(days)} day{'s' if round(days) != 1 else ''}"
+    hours = max(1, round(gap.total_seconds() / 3600))
+    return f"{hours} hour{'s' if hours != 1 else ''}"
+
+
 def volume_chart(series: VolumeSeries | None) -> dict | None:
-    """Stacked bars (failed / succeeded / no outcome) per bucket and the failure-rate line over the same axis."""
+    """Stacked bars (failed / succeeded / no outcome) per bucket and the failure-rate line over the same axis. A
+    stretch without traces cut out of the series takes one slot, drawn as a break, and the rate line stops at it."""
     if series is None or not series.buckets:
         return None
     buckets = series.buckets
+    slots = len(buckets) + series.skips
     plot_w, plot_h = CHART_W - PAD_L - PAD_R, CHART_H - PAD_T - PAD_B
-    slot = plot_w / len(buckets)
+    slot = plot_w / slots
     bar_w = max(1.0, min(28.0, slot * 0.72))
     top = _nice_ceiling(max(b.total for b in buckets))
     scale = plot_h / top
-    bars, points = [], []
-    for index, bucket in enumerate(buckets):
+    bars, breaks, lines, x_labels = [], [], [[]], []
+    label_every = max(1, math.ceil(slots / 6))
+    last_label = -label_every
+    index = 0
+    for bucket in buckets:
+        if bucket.skipped_before is not None:
+            centre = round(PAD_L + index * slot + slot / 2, 2)
+            breaks.append({"x": centre, "title": f"no traces for {_duration_words(bucket.skipped_before)}"})
+            lines.append([])
+            index += 1
         x = PAD_L + index * slot + (slot - bar_w) / 2
         base = PAD_T + plot_h
         stack = []
@@ -56,19 +81,28 @@ def volume_chart(series: VolumeSeries | None) -> dict | None:
                + (f" ({rate:.0%})" if rate is not None else ""))
         bars.append({"x": round(x, 2), "w": round(bar_w, 2), "stack": stack, "title": tip})
         if rate is not None:
-            points.append({"x": round(PAD_L + index * slot + slot / 2, 2),
-                           "y": round(PAD_T + plot_h * (1 - rate), 2), "title": tip})
-    label_every = max(1, math.ceil(len(buckets) / 6))
-    x_labels = [{"x": round(PAD_L + i * slot + slot / 2, 2), "text": _label(b.start, series.unit)}
-                for i, b in enumerate(buckets) if i % label_every == 0]
+            lines[-1].append({"x": round(PAD_L + index * slot + slot / 2, 2),
+                              "y": round(PAD_T + plot_h * (1 - rate), 2), "title": tip})
+        # The first bucket after a break is labelled, since the axis jumps there: a label too close before it gives
+        # way.
+        if index - last_label >= label_every or bucket.skipped_before is not None:
+            if x_labels and (index - last_label) * slot < _LABEL_ROOM:
+                x_labels.pop()
+            centre = PAD_L + index * slot + slot / 2
+            anchor = "end" if centre > CHART_W - _LABEL_ROOM / 2 else "middle"  # not cut off at the right edge
+            x_labels.append({"x": round(CHART_W - 1 if anchor == "end" else centre, 2), "anchor": anchor,
+                             "text": _label(bucket.start, series.unit)})
+            last_label = index
+        index += 1
+    points = [p for line in lines for p in line]
     y_ticks = [{"y": round(PAD_T + plot_h * (1 - f), 2), "text": f"{top * f:g}"} for f in (0, 0.5, 1)]
     rate_ticks = [{"y": round(PAD_T + plot_h * (1 - f), 2), "text": f"{f:.0%}"} for f in (0, 0.5, 1)]
     return {
         "w": CHART_W, "h": CHART_H, "pad_l": PAD_L, "plot_right": CHART_W - PAD_R, "baseline": PAD_T + plot_h,
-        "label_y": CHART_H - 6, "unit": series.unit, "bars": bars, "x_labels": x_labels, "y_ticks": y_ticks,
-        "rate_ticks": rate_ticks, "points": points,
-        "line": " ".join(f"{p['x']},{p['y']}" for p in points),
-        "buckets": buckets,
+        "top": PAD_T, "label_y": CHART_H - 6, "unit": series.unit, "bars": bars, "breaks": breaks,
+        "x_labels": x_labels, "y_ticks": y_ticks, "rate_ticks": rate_ticks, "points": points,
+        "lines": [" ".join(f"{p['x']},{p['y']}" for p in line) for line in lines if len(line) > 1],
+        "buckets": buckets, "undated": series.undated,
     }
 
 

@@ -34,7 +34,9 @@ from traces.models import Trace
 
 logger = logging.getLogger(__name__)
 CACHE_ALIAS = "dashboards"
-KEY_PREFIX = "clear:dashboard:"
+# The number after "v" changes whenever what an aggregate holds changes shape, so no page reads an entry cached by
+# an older release (issue 26: the overview's failing-traces count).
+KEY_PREFIX = "clear:dashboard:v2:"
 MAX_AGE_SECONDS = 600
 _LOCK_SECONDS = 60
 

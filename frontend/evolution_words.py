@@ -19,6 +19,17 @@ STATE_MEANINGS = {
     "ROLLED_BACK": "ended: the release was unhealthy and was rolled back", "FAILED": "ended with an error",
     "CANCELLED": "cancelled", "EXPIRED": "ended: nobody decided in time",
 }
+# A PROMOTED job whose release was rolled back since: its state stays PROMOTED (the job did promote), but the fix is
+# no longer live, and no page may say it is.
+PROMOTED_ROLLED_BACK_MEANING = "promoted, then its release was rolled back: the fix is no longer live"
+
+
+def state_meaning(state: str, *, rolled_back: bool = False) -> str:
+    if state == "PROMOTED" and rolled_back:
+        return PROMOTED_ROLLED_BACK_MEANING
+    return STATE_MEANINGS.get(state, "")
+
+
 VERDICT_MEANINGS = {
     "PROMOTE_ELIGIBLE": "good enough to apply; a person decides",
     "NEED_MORE_WORK": "better, but not enough yet",
@@ -104,23 +115,52 @@ def task_rows(tasks) -> tuple[list[dict], list[dict]]:
     return shown, same
 
 
+def _distinct(rows) -> int:
+    return len({row["task_id"] for row in rows})
+
+
 def trials_sentence(tasks) -> str:
     """What the trials showed, in one sentence: how many failing tasks the candidate fixes, and whether others got
-    worse (the verdict's own summary, in words)."""
+    worse (the verdict's own summary, in words). A row is a task at one seed: tasks are counted once whatever their
+    seeds, and the seeds are said apart when a task has several. A task counts as fixed when every seed of it that
+    failed now passes."""
     targets = [t for t in tasks if t["kind"] == "target" and t["candidate"]]
     others = [t for t in tasks if t["kind"] != "target"]
     if not targets:
         return ""
     failing = [t for t in targets if 2 * t["baseline_passes"] <= len(t["baseline"])]
     fixed = [t for t in failing if 2 * t["candidate_passes"] > len(t["candidate"])]
+    unfixed = {t["task_id"] for t in failing if 2 * t["candidate_passes"] <= len(t["candidate"])}
+    n_failing = _distinct(failing)
+    n_fixed = n_failing - len(unfixed)
     deltas = [t["delta"] for t in targets if t["delta"] is not None]
-    text = (f"It fixes {len(fixed)} of the {len(failing)} failing task{'s' if len(failing) != 1 else ''}"
-            + (f" (mean score {sum(deltas) / len(deltas):+.2f})" if deltas else ""))
+    notes = [f"{len(fixed)} of their {len(failing)} failing seeds"] if len(failing) != n_failing else []
+    notes += [f"mean score {sum(deltas) / len(deltas):+.2f}"] if deltas else []
+    text = (f"It fixes {n_fixed} of the {n_failing} failing task{'s' if n_failing != 1 else ''}"
+            + (f" ({'; '.join(notes)})" if notes else ""))
     ran = [t for t in others if t["candidate"]]
-    worse = [t["task_id"] for t in ran if t["candidate_passes"] < t["baseline_passes"]]
+    worse = sorted({t["task_id"] for t in ran if t["candidate_passes"] < t["baseline_passes"]})
     if not others:
         return text + "."
+    n_others, n_ran = _distinct(others), _distinct(ran)
     if not ran:
-        return text + f"; the {len(others)} other tasks were not run."
-    return text + (f"; {len(worse)} of the {len(ran)} other tasks got worse: {', '.join(worse)}." if worse else
-                   f"; none of the {len(ran)} other tasks got worse.")
+        return text + (f"; the {n_others} other tasks were not run." if n_others != 1 else
+                       "; the other task was not run.")
+    ran_words = f"other tasks that ran ({n_others - n_ran} not run)" if n_ran < n_others else "other tasks"
+    return text + (f"; {len(worse)} of the {n_ran} {ran_words} got worse: {', '.join(worse)}." if worse else
+                   f"; none of the {n_ran} {ran_words} got worse.")
+
+
+def tasks_same_sentence(same) -> str:
+    """The folded rows' summary: how many of them ran and did not change, and how many were not run, apart (tasks
+    counted once whatever their seeds)."""
+    ran = [t for t in same if t["candidate"]]
+    n_ran, n_not_run = _distinct(ran), _distinct([t for t in same if not t["candidate"]])
+    parts = []
+    if n_ran:
+        parts.append(f"{n_ran} other task{'s' if n_ran != 1 else ''} ran, "
+                     + ("none changed" if n_ran > 1 else "unchanged"))
+    if n_not_run:
+        parts.append(f"{n_not_run} {'more ' if n_ran else 'other '}task{'s' if n_not_run != 1 else ''} "
+                     f"{'were' if n_not_run != 1 else 'was'} not run")
+    return "; ".join(parts)

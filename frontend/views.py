@@ -27,7 +27,7 @@ from diagnosis.selectors import (
 )
 from frontend import charts
 from frontend.dashboard_cache import dashboard_aggregate
-from frontend.heatmap import heatmap_shaded
+from frontend.heatmap import heatmap_choice, heatmap_run_label, heatmap_shaded
 from traces.selectors import (
     GRAPH_TRACE_SAMPLE,
     trace_list,
@@ -155,17 +155,18 @@ def nodes(request: HttpRequest, slug: str) -> HttpResponse:
 
 
 def _heatmap_context(request: HttpRequest, project: Project) -> dict:
-    """The heat map of the run named by `?run=` (default: the newest run with insights), at `?level=`."""
+    """The heat map of the run named by `?run=` at `?level=` (defaults: `heatmap_choice`), each run labelled."""
     runs = diagnosis_run_list_with_insights(project=project)
-    wanted = request.GET.get("run", "").strip()
-    run = next((r for r in runs if str(r.pk) == wanted), None)
+    for run in runs:
+        run.label = heatmap_run_label(run)
+    wanted, level = request.GET.get("run", "").strip(), request.GET.get("level", "").strip()
+    run, level = heatmap_choice(project=project, runs=runs, run_id=wanted, level=level)
     if wanted and run is None:
-        messages.warning(request, "That run has no insights (or is not in this project); showing the newest one.")
-    run = run or (runs[0] if runs else None)
-    level = request.GET.get("level", Insight.Level.SYSTEM)
-    if level not in Insight.Level.values:
-        level = Insight.Level.SYSTEM
-    return {"heatmap_runs": runs, "heatmap_level": level, "levels": Insight.Level.choices,
+        run, level = heatmap_choice(project=project, runs=runs, level=level)
+        which = "newest one" if run is None or run is runs[0] else "newest one with node-level insights"
+        messages.warning(request, f"That run has no insights (or is not in this project); showing the {which}.")
+    levels = [(value, f"{label}-level") for value, label in Insight.Level.choices]
+    return {"heatmap_runs": runs, "heatmap_level": level, "levels": levels,
             "heatmap": heatmap_shaded(project=project, run=run, level=level) if run else None}
 
 

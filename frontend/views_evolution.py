@@ -23,7 +23,7 @@ from diagnosis.selectors import insight_get
 from diagnosis.tickets.selectors import ticket_get
 from evolution.apis.jobs import artifact_response
 from evolution.backends import BACKENDS
-from evolution.models import TERMINAL_STATES, EvolutionJob, JobState, StageRun
+from evolution.models import TERMINAL_STATES, EvolutionJob, InsightFix, JobState, StageRun
 from evolution.selectors import (
     evolution_artifact_get,
     evolution_job_artifacts,
@@ -49,7 +49,9 @@ from evolution.services.api_actions import (
 )
 from evolution.services.watch import evolution_job_mark_merged
 from evolution.services.workspace import artifact_read
-from frontend.evolution_words import STATE_MEANINGS, VERDICT_MEANINGS, check_rows, task_rows, trials_sentence
+from frontend.evolution_words import (  # noqa: F401  STATE_MEANINGS: the README's states are checked against it
+    STATE_MEANINGS, VERDICT_MEANINGS, check_rows, state_meaning, task_rows, tasks_same_sentence, trials_sentence,
+)
 from frontend.pagination import keyset_page
 from frontend.views import project_for
 
@@ -307,13 +309,18 @@ def job_detail(request: HttpRequest, slug: str, job_id: int) -> HttpResponse:
             stage.status = StageRun.Status.FAILED
     tasks, tasks_same = task_rows(shown.tasks) if shown is not None else ([], [])
     verdict = shown.verdict if shown is not None else None
+    base = evolution_job_base(project=project, job=job)
+    fix = getattr(job, "fix", None) if job.state in (JobState.PR_OPENED, JobState.PROMOTED) else None
+    # Either record says the fix is no longer live: the release row, or the fix the rollback marked.
+    rolled_back = job.state == JobState.PROMOTED and (
+        base.rolled_back or (fix is not None and fix.status == InsightFix.Status.ROLLED_BACK))
     context = {
         "project": project, "nav": "evolution", "job": job, "mode": job_mode(job),
-        "state_meaning": STATE_MEANINGS.get(job.state, ""),
+        "state_meaning": state_meaning(job.state, rolled_back=rolled_back), "rolled_back": rolled_back,
         "verdict_meaning": VERDICT_MEANINGS.get(verdict.decision, "") if verdict else "",
         "verdict_checks": check_rows(verdict.rules if verdict else []),
         "hard_checks": check_rows(shown.gates if shown is not None else []),
-        "tasks": tasks, "tasks_same": tasks_same,
+        "tasks": tasks, "tasks_same": tasks_same, "tasks_same_sentence": tasks_same_sentence(tasks_same),
         "trials_sentence": trials_sentence(shown.tasks) if verdict else "",
         "running": job.state not in TERMINAL_STATES and job.state != JobState.AWAITING_CONSENT,
         "mode_label": MODE_LABELS[job_mode(job)].split(" (")[0], "status": job_status_data(job), "stages": stages,
@@ -324,8 +331,7 @@ def job_detail(request: HttpRequest, slug: str, job_id: int) -> HttpResponse:
         "artifact_count": len(artifacts),
         "awaiting": job.state == JobState.AWAITING_CONSENT and candidate is not None,
         "candidate": candidate, "terminal": job.state in TERMINAL_STATES,
-        "fix": getattr(job, "fix", None) if job.state in (JobState.PR_OPENED, JobState.PROMOTED) else None,
-        "base": evolution_job_base(project=project, job=job),  # "based on release X" (_evolution_base.html)
+        "fix": fix, "base": base,  # base: "based on release X" (_evolution_base.html)
     }
     return render(request, "frontend/evolution_job.html", context)
 

@@ -54,6 +54,11 @@ def _insight_for(project: Project, insight_id) -> Insight:
         raise Http404(exc.message) from exc
 
 
+def _nodes_by_statements(insight: Insight) -> list[str]:
+    """The nodes a system insight spans, those with the most statements first (JSON keys keep no order)."""
+    return [node for node, _ in sorted((insight.affected_nodes or {}).items(), key=lambda kv: (-kv[1], kv[0]))]
+
+
 def top_insights(*, project: Project) -> list[Insight]:
     return insight_list_top(project=project, limit=TOP_INSIGHTS)
 
@@ -78,6 +83,7 @@ def insight_list_view(request: HttpRequest, slug: str) -> HttpResponse:
     top = max((i.frequency for i in page.items), default=0) or 1
     for insight in page.items:
         insight.bar = insight.frequency / top  # relative to the most frequent one on the page
+        insight.nodes_shown = _nodes_by_statements(insight)
     context = {
         "project": project, "nav": "insights", "insights": page.items, "page": page, "filters": filters,
         "filtered": any(filters.values()), "has_any": every.exists(), "nodes": nodes,

@@ -34,6 +34,11 @@ if [ -z "${SECRET_KEY:-}" ] && [ -z "${SECRET_KEY_FILE:-}" ]; then
   export SECRET_KEY_FILE="$CLEAR_VAR_DIR/secret_key"
 fi
 export ALLOWED_HOSTS="${ALLOWED_HOSTS:-127.0.0.1,localhost,$HOST}"
+CLIENT_HOST="$HOST"; [ "$HOST" = "0.0.0.0" ] && CLIENT_HOST=127.0.0.1
+# Links in exports and ticket bodies are read outside Clear: they must name the port this demo serves on. Written
+# under var/ too, so that `python manage.py export_tickets …` in this checkout makes the same links (clear/settings).
+export CLEAR_PUBLIC_URL="${CLEAR_PUBLIC_URL:-http://$CLIENT_HOST:$PORT}"
+printf '%s\n' "$CLEAR_PUBLIC_URL" > "$CLEAR_VAR_DIR/public_url"
 
 echo "==> preparing the database in $CLEAR_VAR_DIR"
 "$PY" manage.py migrate --noinput -v 0
@@ -73,7 +78,13 @@ cleanup() {
   for pid in "${PIDS[@]}"; do kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true; done
   wait 2>/dev/null || true
 }
-trap cleanup EXIT
+# An Evolve job's hot swap starts the example agent in a session of its own (a worker's restart must not take the
+# live release down), so stopping the worker leaves it running: it is stopped from its pid file, once the worker that
+# could start another one has stopped.
+agents_stop() {
+  "$PY" manage.py evolution_target stop-agents || echo "Stopping the hot-swapped agent failed." >&2
+}
+trap 'cleanup; agents_stop' EXIT
 trap 'exit 130' INT TERM
 
 echo "==> starting the Celery worker (log: $CLEAR_VAR_DIR/logs/worker.log)"
@@ -103,7 +114,6 @@ fi
 
 # The example agent's traces, sent once through the real OTLP endpoint: release v1 with all three planted bugs,
 # release v2 with the misroute fixed.
-CLIENT_HOST="$HOST"; [ "$HOST" = "0.0.0.0" ] && CLIENT_HOST=127.0.0.1
 if [ ! -f "$CLEAR_VAR_DIR/demo-ingested" ]; then
   SECRET=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['secret_key'])" "$CLEAR_VAR_DIR/demo-credentials.json")
   echo "==> sending the example agent's traces (log: $CLEAR_VAR_DIR/logs/example-agent.log)"

@@ -284,6 +284,8 @@ class SpanOutputSerializer(serializers.Serializer):
 class TraceListApi(ProjectApi):
     """Traces of the key's project, newest first."""
 
+    is_paginated = True
+
     class FilterSerializer(serializers.Serializer):
         release = serializers.CharField(required=False, default="", max_length=200)
         outcome = serializers.ChoiceField(choices=Trace.Outcome.values, required=False, default="")

@@ -19,7 +19,8 @@ ERROR_SCHEMA = {
 }
 
 _ERRORS = {
-    "400": "The request is not valid (body, query parameters or cursor).",
+    "400": ("The request is not valid (body, query parameters or cursor); a query parameter the operation does not "
+            "list is refused (code unknown_parameter), naming the ones it accepts."),
     "401": "The API key is missing, malformed, unknown or revoked.",
     "404": "No such object in the key's project.",
     "429": ("Too many requests for this API key (CLEAR_API_RATE), or too many wrong keys from this client address "

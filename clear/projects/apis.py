@@ -4,6 +4,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from clear.api.query import KnownQueryParameters
 from clear.errors import HOW_TO_AUTHENTICATE, AuthenticationError
 from clear.projects.authentication import ProjectKeyAuthentication, ProjectKeyUser
 from clear.projects.models import Project
@@ -16,7 +17,7 @@ def request_project(request: Request) -> Project:
     return request.user.project
 
 
-class ProjectCurrentApi(APIView):
+class ProjectCurrentApi(KnownQueryParameters, APIView):
     """The project the presented API key belongs to (a cheap way to check credentials)."""
 
     authentication_classes = [ProjectKeyAuthentication]

@@ -18,8 +18,19 @@ BASE_DIR = Path(__file__).resolve().parent.parent.parent
 VAR_DIR = Path(env_str("CLEAR_VAR_DIR", str(BASE_DIR / "var"))).resolve()
 SHARED_DIR = Path(env_str("CLEAR_SHARED_DIR", str(BASE_DIR.parent / "shared"))).resolve()
 
+
+
+def _demo_written(name: str) -> str:
+    """What scripts/demo.sh wrote under var/ for the manage.py commands run in its checkout afterwards."""
+    path = VAR_DIR / name
+    try:
+        return path.read_text().strip() if path.is_file() else ""
+    except OSError as exc:
+        raise ImproperlyConfigured(f"{path} (written by scripts/demo.sh) cannot be read: {exc}") from exc
+
+
 DEBUG = env_bool("DEBUG", False)
-SECRET_KEY = env_str("SECRET_KEY")
+SECRET_KEY = env_str("SECRET_KEY") or _demo_written("secret_key")
 if not SECRET_KEY:
     if not DEBUG:
         raise ImproperlyConfigured(
@@ -317,7 +328,8 @@ SPECTACULAR_SETTINGS.update({
         "TicketStatusEnum": ["open", "in_progress", "fixed", "wont_fix"],  # Ticket.Status.values (label = value)
         "WebhookDeliveryStatusEnum": "clear.webhooks.models.WebhookDelivery.Status",
     },
-    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "clear.api.schema.error_responses_hook"],
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "clear.api.schema.error_responses_hook",
+                             "traces.schema.ingestion_paths_hook"],
 })
 
 # Webhooks (clear/webhooks/): attempts per delivery, exponential backoff between them, request timeout.
@@ -368,10 +380,11 @@ CLEAR_EVOLUTION_RELEASES_DIR = env_str("CLEAR_EVOLUTION_RELEASES_DIR", "")
 CLEAR_INSIGHT_FIXED_BELOW = env_float("CLEAR_INSIGHT_FIXED_BELOW", 0.02)
 CLEAR_INSIGHT_FIXED_MIN_JUDGED = env_int("CLEAR_INSIGHT_FIXED_MIN_JUDGED", 20)
 # Tickets: absolute links in bodies and exports (read outside Clear, so no request to take the host from) start with
-# CLEAR_PUBLIC_URL (empty: http://127.0.0.1:8000, the demo's address), and so do the links of password-reset mails
+# CLEAR_PUBLIC_URL (empty: the address scripts/demo.sh last served on, var/public_url, else http://127.0.0.1:8000),
+# and so do the links of password-reset mails
 # (empty: the address the request came to, its host checked against ALLOWED_HOSTS); an insight not associated with
 # failure (lift interval includes 1) gets a ticket only when CLEAR_TICKET_NOT_ASSOCIATED is true.
-CLEAR_PUBLIC_URL = env_str("CLEAR_PUBLIC_URL", "")
+CLEAR_PUBLIC_URL = env_str("CLEAR_PUBLIC_URL", "") or _demo_written("public_url")
 CLEAR_TICKET_NOT_ASSOCIATED = env_bool("CLEAR_TICKET_NOT_ASSOCIATED", False)
 CELERY_BEAT_SCHEDULE["evolution-janitor"] = {
     # Stale heartbeats → FAILED(worker_lost), lost prepare messages re-sent, orphaned worktrees removed, consent expiry.

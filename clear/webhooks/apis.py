@@ -64,6 +64,8 @@ WEBHOOK_ID_PARAMETER = OpenApiParameter("webhook_id", int, OpenApiParameter.PATH
 class WebhookListApi(ProjectApi):
     """The project's webhooks."""
 
+    is_paginated = True
+
     @extend_schema(operation_id="webhooks_list", parameters=PAGINATION_PARAMETERS,
                    responses=paginated(WebhookOutputSerializer, "PaginatedWebhookList"))
     def get(self, request: Request) -> Response:
@@ -120,6 +122,8 @@ class WebhookDeleteApi(ProjectApi):
 
 class WebhookDeliveryListApi(ProjectApi):
     """A webhook's deliveries, newest first: each event sent, its attempts and the last response."""
+
+    is_paginated = True
 
     class FilterSerializer(serializers.Serializer):
         status = serializers.ChoiceField(choices=WebhookDelivery.Status.values, required=False)

@@ -2,7 +2,7 @@
 
 One fault leaves several symptoms that judges state differently: a retry loop is both "invoice_lookup called 5
 times with identical arguments" and five "… failed: RateLimitedError"; a misroute is a rubric violation at the
-router and "order_lookup is called although it never should be" at the worker it sent the request to. Their
+router and "`orders_worker` calls `order_lookup` (violates …)" at the worker it sent the request to. Their
 statements do not resemble each other, but they occur in the same traces and nowhere else. Node clusters whose
 trace sets nearly coincide (Jaccard >= COOCCURRENCE_MIN_JACCARD, with at least `min_traces` traces in common) are
 one problem:

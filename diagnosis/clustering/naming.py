@@ -203,8 +203,7 @@ def name_clusters(
         description = (
             f"{c.size} statements ({c.distinct_count} distinct) from {len(c.trace_ids)} traces; nodes: {where}. "
             f"Typical: \u201c{medoid}\u201d"
-            + (f" Key terms: {', '.join(top[:5])}." if top else "")
-        )
+        )  # the distinctive terms are kept in `terms`: listed here they read as a finding, which they are not
         offline = ClusterName(title=shorten(title_generalize(medoid), title_max_chars), description=description,
                               terms=top)
         name = offline

@@ -2,7 +2,7 @@
 
 Clustering every statement of a run at once (`cluster_statements` over the whole system) groups statements that
 share words, not causes: rule and rubric statements are templates ("X called 5 times with identical arguments",
-"X is called although it never should be"), so a system cluster could hold a mediator bug and a routing bug at
+"`X` calls `Y` (violates …)"), so a system cluster could hold a mediator bug and a routing bug at
 once. Node-level clusters separate them (each node's statements are clustered apart). So the raw system clusters
 are only candidates, refined here:
 

@@ -3,6 +3,7 @@ after identity matching has pooled, split or merged the run's raw clusters."""
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import replace
 
@@ -14,6 +15,8 @@ from diagnosis.insights.statements import SEVERITY_RANK, Draft
 
 N_EXAMPLES = 5
 TITLE_MAX_CHARS = 80
+_RUBRIC_NAME_MAX = 60  # characters of the name of the rubric an insight's title says it violates
+_VIOLATES = re.compile(r" \(violates \u201c([^\u201d]*)\u201d\)$")
 
 
 def group_centroid(rows: list[int], vectors: np.ndarray) -> np.ndarray:
@@ -94,4 +97,11 @@ def clip(text: str, limit: int = TITLE_MAX_CHARS) -> str:
     """A judge's issue title as an insight title: whitespace collapsed, cut at a word boundary."""
     from diagnosis.clustering.naming import cut_at_word
 
-    return cut_at_word(" ".join(text.split()).rstrip(" ."), limit)
+    text = " ".join(text.split()).rstrip(" .")
+    # A rubric's issue ends with the rubric it breaks (judges/rubric_checks.py), which says what was expected: what
+    # went wrong and the rubric's name are each cut to fit, so neither pushes the other out of the title.
+    rubric = _VIOLATES.search(text)
+    if rubric:
+        name = cut_at_word(rubric.group(1), _RUBRIC_NAME_MAX)
+        return f"{cut_at_word(text[:rubric.start()], limit)} (violates \u201c{name}\u201d)"
+    return cut_at_word(text, limit)

@@ -1,8 +1,8 @@
 """Names, root causes and recommendations of insights.
 
 Offline (no model): the clustering library's names (title = the medoid statement shortened, description with the
-size, traces, nodes and the medoid quoted, c-TF-IDF terms); the root cause says where the statements come from and
-quotes the medoid, the recommendation is built from the medoid and the distinctive terms.
+size, traces, nodes and the medoid quoted, c-TF-IDF terms kept apart); the root cause and recommendation are
+computed facts (facts.py).
 
 With a model (the run's `model`, else settings.CLEAR_JUDGE_MODEL; CLEAR_JUDGE_API_BASE / CLEAR_JUDGE_API_KEY), one
 call per cluster through the shared LLM client (clear/llm.py: transient failures retried once, one repair request;
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections import Counter
 from dataclasses import dataclass, field
 
 from django.conf import settings
@@ -28,7 +27,7 @@ from diagnosis.services.cache import judge_cache_get, judge_cache_key, judge_cac
 logger = logging.getLogger(__name__)
 
 NAMING_JUDGE = "insight.naming"
-PROMPT_VERSION = "naming-v1"
+PROMPT_VERSION = "naming-v2"
 MAX_EXAMPLES = 8
 MAX_FAILURES = 3  # consecutive failed calls after which a build stops asking (an unreachable or broken endpoint)
 MAX_ERRORS = 5  # error texts kept for the build summary
@@ -45,14 +44,37 @@ NAMING_SCHEMA = {
     },
 }
 
+# The fields are described in prose and the shape shown by an example title: a reply template whose values are the
+# fields' descriptions gets those descriptions back as the name from small models ("at most 80 characters, …").
+EXAMPLE_TITLE = ("`router` sends cancellation requests to `search_worker` (violates \u201cCancellations are routed to "
+                 "accounts\u201d)")
 NAMING_SYSTEM = (
     "You are Clear's failure analyst. You get a cluster of issue statements that judges wrote about the steps of "
     "an LLM agent (one recurring failure pattern), with the node where they were found and the cluster's "
-    "distinctive terms. Name the pattern and explain it. Reply with one JSON object: {\"title\": \"at most 80 "
-    "characters, names the failure, not the symptom's ids\", \"description\": \"2-3 sentences: what goes wrong and "
-    "where\", \"root_cause\": \"the most likely cause in the agent's code, prompt, tools or routing\", "
-    "\"recommendation\": \"one concrete fix a developer can apply\"}. Use only what the statements support."
+    "distinctive terms. Name the pattern and explain it, using only what the statements support.\n"
+    "Reply with one JSON object with the string fields title, description, root_cause and recommendation.\n"
+    "The title says what goes wrong and where, in plain words, in under 80 characters: the node or tool that does "
+    "it, in backticks, and what it does wrong; no ids, numbers or quoted values of a single occurrence. When the "
+    "statements say the pattern violates a rubric (\u201cviolates \u2026\u201d), the title ends with that rubric in "
+    "parentheses. An example title, from another agent (name this cluster's pattern, do not copy it): "
+    + EXAMPLE_TITLE + "\n"
+    "The description says in 2 or 3 sentences what goes wrong and where; the root_cause, the most likely cause in "
+    "the agent's code, prompt, tools or routing; the recommendation, one concrete fix a developer can apply."
 )
+_INSTRUCTION_WORDS = ("80 characters", "names the failure", "plain words", "from another agent")
+
+
+def naming_problems(reply) -> list[str]:
+    """Schema problems, and a title that copies the prompt's example or instructions instead of naming the cluster."""
+    from diagnosis.judges.llm.schema import validate
+
+    problems = validate(reply, NAMING_SCHEMA)
+    if problems:
+        return problems
+    title = " ".join(reply["title"].split())
+    if title == EXAMPLE_TITLE or any(words in title.lower() for words in _INSTRUCTION_WORDS):
+        return ["$.title: copies the instructions; name this cluster's failure pattern"]
+    return []
 
 
 @dataclass
@@ -67,19 +89,6 @@ def naming_model(*, run_model: str = "") -> str:
     return run_model or getattr(settings, "CLEAR_JUDGE_MODEL", "") or ""
 
 
-def offline_root_cause(*, medoid: str, nodes: dict[str, int], judges: dict[str, int], size: int) -> str:
-    where = ", ".join(f"{node} ({n})" for node, n in list(nodes.items())[:3] if node) or "whole-trace feedback"
-    by = ", ".join(f"{judge} ({n})" for judge, n in list(judges.items())[:3])
-    return (f"{size} statement(s) from {where}, reported by {by}. The most typical statement: \u201c{medoid}\u201d "
-            "(offline analysis; configure a judge model for a written root cause).")
-
-
-def offline_recommendation(*, medoid: str, terms: list[str], node: str) -> str:
-    focus = f" in {node}" if node else ""
-    key = f" Look at what the statements share: {', '.join(terms[:5])}." if terms else ""
-    return f"Fix the behaviour{focus} that makes judges report: \u201c{medoid}\u201d.{key}"
-
-
 def llm_namer_build(*, model: str, usage: NamingUsage, wanted: set[str] | None = None, cache_only: bool = False):
     """An LLMNamer for diagnosis.clustering.name_clusters, or None without a model. `wanted`: the cluster ids to
     offer to the model (others keep the offline name without a call); None = all. `cache_only`: names from the
@@ -88,7 +97,6 @@ def llm_namer_build(*, model: str, usage: NamingUsage, wanted: set[str] | None =
     if not model:
         return None
     from diagnosis.clustering import ClusterName
-    from diagnosis.judges.llm.schema import validate
 
     limits = llm_limits_from_settings()
     endpoint = LlmEndpoint(model=model, api_base=getattr(settings, "CLEAR_JUDGE_API_BASE", "") or None,
@@ -112,13 +120,13 @@ def llm_namer_build(*, model: str, usage: NamingUsage, wanted: set[str] | None =
         key = judge_cache_key(judge=NAMING_JUDGE, prompt_version=PROMPT_VERSION, model=model, content=messages)
         hit = judge_cache_get(key=key)
         value = hit.get("output") if isinstance(hit, dict) else None
-        if isinstance(value, dict) and not validate(value, NAMING_SCHEMA):
+        if isinstance(value, dict) and not naming_problems(value):
             usage.cached += 1
         elif cache_only:
             return None
         else:
             value = _call(endpoint=endpoint, messages=messages, usage=usage,
-                          check=lambda reply: validate(reply, NAMING_SCHEMA))
+                          check=naming_problems)
             if value is None:
                 usage.failed += 1
                 usage.streak += 1
@@ -154,7 +162,3 @@ def _failed(*, usage: NamingUsage, model: str, error: str) -> None:
     if len(usage.errors) < MAX_ERRORS:
         usage.errors.append(error)
     logger.warning("insights.naming_failed model=%s error=%s", model, error.split(":", 1)[0])
-
-
-def judges_of(judges: list[str]) -> dict[str, int]:
-    return dict(Counter(judges).most_common())

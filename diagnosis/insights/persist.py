@@ -14,7 +14,7 @@ from diagnosis.insights.embedding import centroid_bytes
 from diagnosis.insights.groups import group_severity
 from diagnosis.insights.headline import HeadlineRanker, headline_ranker
 from diagnosis.insights.identity import Group
-from diagnosis.insights.naming import judges_of, offline_recommendation, offline_root_cause
+from diagnosis.insights.facts import insight_offline_text
 from diagnosis.insights.statements import Draft
 from diagnosis.insights.verify import evidence_verified
 from diagnosis.models import (
@@ -65,9 +65,7 @@ def _is_latest(insight: Insight, run: DiagnosisRun, *, ranker: HeadlineRanker, j
     return ranker.rank(run, judged) >= ranker.rank(insight.last_run)
 
 
-def _apply_name(insight: Insight, name, cluster, group: Group, drafts: list[Draft], new: bool) -> None:
-    medoid = next(drafts[r].text for r in group.rows if drafts[r].key == cluster.medoid_id)
-    judges = judges_of([drafts[r].judge for r in group.rows])
+def _apply_name(insight: Insight, name, group: Group, data: RunData, new: bool) -> None:
     if new or (name.source == "llm" and insight.naming_source != "llm"):
         insight.title = name.title[:300]
     elif insight.naming_source != "llm":
@@ -77,8 +75,8 @@ def _apply_name(insight: Insight, name, cluster, group: Group, drafts: list[Draf
         insight.naming_source = "llm"
         insight.root_cause, insight.recommendation = name.root_cause, name.recommendation
     elif insight.naming_source != "llm":
-        insight.root_cause = offline_root_cause(medoid=medoid, nodes=cluster.nodes, judges=judges, size=cluster.size)
-        insight.recommendation = offline_recommendation(medoid=medoid, terms=name.terms, node=group.node)
+        text = insight_offline_text(rows=group.rows, drafts=data.drafts, traces=data.traces)
+        insight.root_cause, insight.recommendation = text.root_cause, text.recommendation
     if name.source == "llm" or insight.naming_source != "llm" or not insight.description:
         insight.description = name.description
     insight.terms = list(name.terms)
@@ -112,7 +110,7 @@ def insights_write(*, data: RunData, groups: list[Group], names: dict[int, tuple
         if index in names:
             cluster, name = names[index]
             if latest:
-                _apply_name(insight, name, cluster, group, drafts, new)
+                _apply_name(insight, name, group, data, new)
                 insight.fingerprint = fingerprints.get(index, "")
                 insight.centroid = centroid_bytes(cluster.centroid)
                 insight.embedding_model = data.model_id[:300]

@@ -18,6 +18,7 @@ from diagnosis.judges.text import dump, maybe_json, normalise, plain_text, value
 RUBRICS_VERSION = "rubrics-1"
 DETERMINISTIC_KINDS = ("regex", "jsonpath", "tool_order", "tool_never", "coverage")
 _QUOTE_MAX = 200
+_CODE_MAX = 40  # characters of a value quoted in an issue title
 
 
 def _matches(span: SpanView, selector: dict) -> bool:
@@ -74,11 +75,51 @@ def _result(rubric: dict, verdict: str | None, critique: str, issues: list[Judge
 
 
 def _violating(what: str, rubric: dict) -> str:
-    """An issue title says what went wrong, then the rubric it breaks: a rubric's name states the expected behaviour
-    ("Refund requests are routed to billing"), which read alone as a title says the opposite of the finding. The
-    name is in typographic quotes, which insight titles keep when they drop instance values (title_generalize)."""
+    """An issue title says what went wrong, where, in plain words, then the rubric it breaks: "`planner` writes
+    `intent: refund`, `worker: orders_worker` (violates “Refund requests are routed to billing”)". The rubric's
+    name states the expected behaviour, so read alone as a title it would say the opposite of the finding. The name
+    is in typographic quotes, which insight titles keep when they drop instance values (title_generalize)."""
     name = " ".join(str(rubric.get("name") or "").split())
-    return f"{what}, violating \u201c{name}\u201d" if name else what
+    return f"{what} (violates \u201c{name}\u201d)" if name else what
+
+
+def _code(text: str, limit: int = _CODE_MAX) -> str:
+    """A name or value as a Markdown code span (titles render them as code), on one line and short."""
+    text = " ".join(str(text).replace("`", "'").split())
+    return f"`{text if len(text) <= limit else text[:limit - 1].rstrip() + chr(0x2026)}`"
+
+
+def _where(span: SpanView) -> str:
+    return _code(span.node or span.name)
+
+
+def _wrote(span: SpanView, field: str) -> str:
+    """`planner` writes / receives / shows: what a span did with the checked content."""
+    return f"{_where(span)} " + {"output": "writes", "input": "receives"}.get(field, "shows")
+
+
+def _content(field: str) -> str:
+    # Not the span's name: the title says where, and a model's name ("chat gpt-4o") in the statement draws it
+    # towards every other statement about that model's steps when statements are clustered.
+    return {"output": "Its output", "input": "Its input"}.get(field, "Its input or output")
+
+
+def _said(match: str, pattern: str) -> str:
+    """What a forbidden match says, in plain words: the key/value pairs of JSON it matched (those the pattern names,
+    when it names some: `[^}]*` between two keys also matches the fields between them), else the matched text."""
+    pairs = re.findall(r'"([\w.-]{1,40})"\s*:\s*(?:"([^"\n]{0,60})"|([\w.+-]{1,40}))', match)
+    pairs = [(key, a or b) for key, a, b in pairs]
+    named = [(key, value) for key, value in pairs if key in pattern]
+    pairs = named or pairs
+    if pairs:
+        return ", ".join(_code(f"{key}: {value}") for key, value in pairs[:3])
+    return _code(match)
+
+
+def _leaf(path: str) -> str:
+    """The field a JSONPath names ("$.articles[*].id" -> "id")."""
+    names = re.findall(r"[A-Za-z_][\w-]*", path)
+    return names[-1] if names else path
 
 
 def _not_applicable(rubric: dict, why: str) -> JudgeResult:
@@ -113,14 +154,16 @@ def _check_regex(rubric: dict, trace: TraceView, config: dict, node: str) -> Jud
         if hits:
             return _result(rubric, "pass", f"/{config['pattern']}/ found in {hits[0][0].name}.")
         target = spans[-1]
-        issue = JudgeIssue(title=_violating(f"Expected text is missing from {target.name}", rubric),
+        what = f"{_wrote(target, config['field'])} no text the rubric requires"
+        issue = JudgeIssue(title=_violating(what, rubric),
                            detail=f"No {config['field']} of the checked spans matches /{config['pattern']}/.",
                            severity="medium", evidence=[Evidence(target.span_id, _opening(target, config["field"]))])
         return _result(rubric, "fail", f"/{config['pattern']}/ not found.", [issue], target.span_id)
     if not hits:
         return _result(rubric, "pass", f"/{config['pattern']}/ appears nowhere it is forbidden.")
-    issues = [JudgeIssue(title=_violating(f"Forbidden text in {span.name}", rubric),
-                         detail=f"{span.name} matches /{config['pattern']}/.", severity="medium",
+    issues = [JudgeIssue(title=_violating(f"{_wrote(span, config['field'])} {_said(text, config['pattern'])}",
+                                          rubric),
+                         detail=f"{_content(config['field'])} matches /{config['pattern']}/.", severity="medium",
                          evidence=[Evidence(span.span_id, _clip(text))]) for span, text in hits]
     return _result(rubric, "fail", f"/{config['pattern']}/ found.", issues, hits[0][0].span_id)
 
@@ -154,8 +197,10 @@ def _check_jsonpath(rubric: dict, trace: TraceView, config: dict, node: str) -> 
         for value in bad:
             quote = _opening(span, config["field"]) if value is None else _clip(
                 value if isinstance(value, str) else dump(value))
+            wrote = _wrote(span, config["field"])
             failures.append(JudgeIssue(
-                title=_violating(f"{config['path']} {check} fails in {span.name}", rubric),
+                title=_violating(f"{wrote} no {_code(config['path'])}" if value is None
+                                 else f"{wrote} {_code(config['path'] + ': ' + quote)}", rubric),
                 detail=("nothing matched " + config["path"]) if value is None else f"{config['path']} = {quote}",
                 severity="medium", evidence=[Evidence(span.span_id, quote)]))
     if not failures:
@@ -168,13 +213,15 @@ def _check_tool_order(rubric: dict, trace: TraceView, config: dict, node: str) -
     calls = _tool_calls(trace, node)
     first = [s for s in calls if s.tool_name in config["first"]]
     names = " or ".join(config["first"])
+    coded = " or ".join(_code(name) for name in config["first"])
     if "then" not in config:
         if first:
             return _result(rubric, "pass", f"{names} is called.")
         evidence = [Evidence(s.span_id, _call_quote(s)) for s in calls[:10]] or (
             [Evidence(_root(trace).span_id, "")] if _root(trace) else [])
         made = ", ".join(dict.fromkeys(s.tool_name for s in calls)) or "no tools"
-        issue = JudgeIssue(title=f"{names} is never called", detail=f"The trace called {made} instead.",
+        who = f"{_code(node)} never calls" if node else "The agent never calls"
+        issue = JudgeIssue(title=_violating(f"{who} {coded}", rubric), detail=f"The trace called {made} instead.",
                            severity="high", evidence=evidence)
         return _result(rubric, "fail", f"{names} was required but never called.", [issue])
     then = [s for s in calls if s.tool_name in config["then"]]
@@ -184,7 +231,8 @@ def _check_tool_order(rubric: dict, trace: TraceView, config: dict, node: str) -
     if first and first[0].start_time < later.start_time:
         return _result(rubric, "pass", f"{names} is called before {later.tool_name}.")
     issue = JudgeIssue(
-        title=f"{later.tool_name} is called before {names}",
+        title=_violating(f"{_where(later)} calls {_code(later.tool_name)} before {coded}"
+                         if later.node else f"{_code(later.tool_name)} is called before {coded}", rubric),
         detail=f"{names} must come first" + (", but it came later." if first else ", but it is never called."),
         severity="high", evidence=[Evidence(later.span_id, _call_quote(later))]
         + [Evidence(s.span_id, _call_quote(s)) for s in first[:1]])
@@ -196,7 +244,9 @@ def _check_tool_never(rubric: dict, trace: TraceView, config: dict, node: str) -
     names = " or ".join(config["tool"])
     if not calls:
         return _result(rubric, "pass", f"{names} is never called.")
-    issue = JudgeIssue(title=f"{calls[0].tool_name} is called although it never should be",
+    what = (f"{_where(calls[0])} calls {_code(calls[0].tool_name)}" if calls[0].node
+            else f"{_code(calls[0].tool_name)} is called")
+    issue = JudgeIssue(title=_violating(what, rubric),
                        detail=f"{len(calls)} call(s) to {names}.", severity="high",
                        evidence=[Evidence(s.span_id, _call_quote(s)) for s in calls])
     return _result(rubric, "fail", f"{names} was called.", [issue], calls[0].span_id)
@@ -223,8 +273,8 @@ def _check_coverage(rubric: dict, trace: TraceView, config: dict, node: str) -> 
                     continue
                 seen.add(value)
                 issues.append(JudgeIssue(
-                    title=f"{value} from {source.tool_name or source.name} is missing from {target.name}"
-                          + (f" ({target.node})" if target.node else ""),
+                    title=_violating(f"{_where(target)} drops the {_code(_leaf(path))} that "
+                                     f"{_code(source.tool_name or source.name)} returned", rubric),
                     detail=f"{source.tool_name or source.name} returned {value} ({path}); the output of "
                            f"{target.name} never mentions it.",
                     severity="high", evidence=[Evidence(source.span_id, value)]))

@@ -47,6 +47,19 @@ def feedback_failing_list(*, project: Project) -> QuerySet[Feedback]:
     return _failing_feedback().filter(project=project)
 
 
+def feedback_failing_trace_count(*, project: Project) -> int:
+    """How many traces have a failing verdict nobody marked wrong, by the latest verdict of each judge on each trace:
+    a re-run of the same traces replaces its judges' earlier verdicts instead of adding to them. A judge's verdict
+    on a trace is what it said in the newest run that has a verdict of it on that trace (an errored or skipped check
+    leaves none). One query: the failing rows with no newer run's verdict of the same judge on the same trace."""
+    newer = Feedback.objects.filter(
+        Q(run__created_at__gt=OuterRef("run__created_at"))
+        | Q(run__created_at=OuterRef("run__created_at"), run_id__gt=OuterRef("run_id")),
+        trace_id=OuterRef("trace_id"), judge=OuterRef("judge"), verdict__isnull=False)
+    return (feedback_failing_list(project=project).exclude(Exists(newer)).order_by()
+            .aggregate(n=Count("trace_id", distinct=True))["n"])
+
+
 def feedback_failing_list_for_run(*, project: Project, run: DiagnosisRun, limit: int = 100) -> list[Feedback]:
     return list(Feedback.objects.filter(project=project, run=run, verdict=Feedback.Verdict.FAIL)
                 .select_related("trace").order_by("trace__start_time", "trace_id", "judge", "target_span_id")[:limit])

@@ -13,7 +13,7 @@ from django.core.cache import cache
 from django.db.models import Count, Q
 
 from clear.projects.models import Project
-from diagnosis.models import DiagnosisRun, Insight, InsightStatement, RunTrace
+from diagnosis.models import DiagnosisRun, Insight, InsightOccurrence, InsightStatement, RunTrace
 from diagnosis.selectors.insights import insight_list
 from traces.models import Span
 
@@ -89,3 +89,13 @@ def node_insight_heatmap_get(*, project: Project, run: DiagnosisRun, level: str 
         result.append(row)
     result.sort(key=lambda r: (-max((c.share or 0 for c in r.cells), default=0), r.node))
     return HeatMap(run=run, level=level, columns=columns, rows=result, more_columns=more)
+
+
+def heatmap_runs_with_node_insights(*, project: Project, runs: list[DiagnosisRun]) -> set:
+    """The pks of those runs in which a node-level insight occurred (one query): the heat map defaults to the
+    newest of them, as a run with system-level insights only would show a single column."""
+    occurrences = (InsightOccurrence.objects.filter(run_id__in=[run.pk for run in runs], insight__project=project,
+                                                    insight__level=Insight.Level.NODE, insight__is_other=False,
+                                                    insight__merged_into__isnull=True)
+                   .exclude(insight__review=Insight.Review.REJECTED))
+    return set(occurrences.values_list("run_id", flat=True).distinct())

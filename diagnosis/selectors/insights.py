@@ -48,17 +48,19 @@ def insight_list(*, project: Project, level: str | None = None, node: str | None
 
 def not_associated_with_failure():
     """1 for an insight whose lift interval includes 1 (it shows in succeeding traces as often as in failing ones):
-    listed after those associated with failure, or whose association is unknown (no outcomes)."""
-    return Case(When(lift_low__isnull=False, lift_low__lte=1, then=Value(1)), default=Value(0),
+    listed after those associated with failure, or whose association is unknown (no outcomes). As
+    Insight.failure_association: without a lift the association is unknown."""
+    return Case(When(lift__isnull=False, lift_low__isnull=False, lift_low__lte=1, then=Value(1)), default=Value(0),
                 output_field=IntegerField())
 
 
 def insight_list_top(*, project: Project, limit: int = 8) -> list[Insight]:
-    """The overview's top insights: open insights of both levels, those associated with failure (or of unknown
-    association) first, then by frequency; a node insight is left out when a listed system insight (the problem it
-    is part of) contains it, so each problem shows once."""
+    """The overview's top insights: open insights of both levels associated with failure or of unknown association
+    (one that shows in succeeding traces as often is no top problem; the Insights page still lists it), by
+    frequency; a node insight is left out when a listed system insight (the problem it is part of) contains it, so
+    each problem shows once."""
     candidates = list(insight_list(project=project, status=Insight.Status.OPEN, include_other=False)
-                      .order_by("not_associated", "-frequency", "-count", "pk")[:limit * 3])
+                      .filter(not_associated=0).order_by("-frequency", "-count", "pk")[:limit * 3])
     systems = [i.pk for i in candidates if i.level == Insight.Level.SYSTEM]
     within = {node_pk for _, node_pk in insight_link_pairs(project=project, system_pks=systems)}
     return [i for i in candidates if i.pk not in within][:limit]

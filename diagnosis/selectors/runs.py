@@ -11,7 +11,7 @@ from django.db.models.fields.json import KT
 from clear.projects.models import Project
 from diagnosis.errors import DiagnosisRunNotFoundError
 from diagnosis.models import DiagnosisRun, Feedback
-from diagnosis.selectors.feedback import feedback_failing_list
+from diagnosis.selectors.feedback import feedback_failing_trace_count
 from traces.models import Trace
 
 
@@ -117,7 +117,7 @@ class JudgeSpend:
     cost: float
     input_tokens: int
     output_tokens: int
-    feedback_failing: int
+    failing_traces: int  # traces with a failing verdict, by each judge's latest verdict (re-runs do not add up)
 
     @property
     def tokens(self) -> int:
@@ -125,12 +125,13 @@ class JudgeSpend:
 
 
 def diagnosis_run_spend(*, project: Project) -> JudgeSpend:
-    """What the project's runs cost (tokens, money) and found (failing verdicts nobody marked wrong)."""
+    """What the project's runs cost (tokens, money) and found (the traces with a failing verdict nobody marked wrong,
+    see feedback_failing_trace_count)."""
     totals = DiagnosisRun.objects.filter(project=project).aggregate(
         runs=Count("pk"), cost=Sum("cost"), input_tokens=Sum("input_tokens"), output_tokens=Sum("output_tokens"))
-    failing = feedback_failing_list(project=project).count()
+    failing = feedback_failing_trace_count(project=project)
     return JudgeSpend(runs=totals["runs"] or 0, cost=totals["cost"] or 0.0, input_tokens=totals["input_tokens"] or 0,
-                      output_tokens=totals["output_tokens"] or 0, feedback_failing=failing)
+                      output_tokens=totals["output_tokens"] or 0, failing_traces=failing)
 
 
 # --- runs for CI: reuse and the latest run of a release ---------------------------------------------------------

@@ -76,6 +76,8 @@ class TicketDetailOutputSerializer(TicketOutputSerializer):
 class TicketListApi(ProjectApi):
     """The project's tickets (one per insight fingerprint), newest first."""
 
+    is_paginated = True
+
     class FilterSerializer(serializers.Serializer):
         status = serializers.ChoiceField(choices=STATUS_FILTERS, required=False, default="all",
                                          help_text='"open" is every unresolved ticket (open and in_progress)')

@@ -201,7 +201,8 @@ def body_render(*, ticket) -> str:
     if fix.get("span_id"):
         url = span_url(slug=slug, trace_id=fix["trace_id"], span_id=fix["span_id"])
         lines += [f"Where it fires: {_link('trace {trace_id}, span {span_id}'.format(**fix), url)}", ""]
-    # The offline recommendation restates the statements, so the fix drawn from the evidence replaces it (fix.py).
+    # Offline, the recommendation says where the pattern first appears (insights/facts.py), not what to change: the
+    # fix drawn from the evidence replaces it (fix.py).
     lines += [f"**Likely root cause:** {md_escape(ticket.root_cause) or 'unknown'}", "",
               f"<sub>Made by Clear from insight {ticket.insight_id or '(deleted)'}; status: {ticket.status}.</sub>"]
     return "\n".join(lines) + "\n"

@@ -2,8 +2,9 @@
 
 With a model (insight.naming_source == "llm") the namer's recommendation is the fix: it read the statements. Without
 one, restating the statements ("fix the behaviour that makes judges report …") tells a developer nothing new, so the
-fix names the check that failed most often among the insight's evidence, what that check demands (a rubric's
-configuration, a rule's known remedy) and the span it fired on, which the body links to.
+fix names the check whose finding the insight's title names (else one with a known demand, else the one cited most
+often among the insight's evidence), what that check demands (a rubric's configuration, a rule's known remedy) and a
+span at the insight's node it fired on, which the body links to.
 
 Returns plain text plus the span: {"text", "source": "llm" | "rubric" | "rule" | "judge" | "", "trace_id",
 "span_id"}. Names and statements in it are untrusted; body.py escapes them.
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from diagnosis.clustering.naming import title_generalize
 from diagnosis.models import Feedback, Insight, Rubric
 from traces.models import Span
 
@@ -67,24 +69,62 @@ def _where(span: Span | None, span_id: str, trace_id: str) -> str:
     return f"{name} (trace {trace_id}, span {span_id})"
 
 
+def _names_pattern(insight: Insight, statement: str) -> bool:
+    """Whether a statement is the one the insight's title names (an offline title is its medoid's issue title,
+    generalised and maybe cut)."""
+    head = insight.title.split("\u2026", 1)[0].strip()
+    return bool(head) and head in title_generalize(statement)
+
+
+def _judge_pick(insight: Insight, rows: list, feedback: dict) -> str:
+    """The judge whose finding the fix is drawn from: the one whose statement the title names, then one whose
+    demand is known (a rubric, a rule with a remedy), then the one cited most."""
+    judges = Counter(feedback[e.feedback_id].judge for e in rows)
+    named = {feedback[e.feedback_id].judge for e in rows if _names_pattern(insight, e.statement_text)}
+
+    def rank(judge: str) -> tuple:
+        row = next(feedback[e.feedback_id] for e in rows if feedback[e.feedback_id].judge == judge)
+        return judge in named, row.rubric is not None or judge in RULE_REMEDIES, judges[judge]
+
+    return max(judges, key=rank)
+
+
+def _span_pick(insight: Insight, rows: list, feedback: dict) -> tuple[object, Span | None, str]:
+    """(evidence row, span, span id) to point at: a span at the insight's node, the cited one or the step the judge
+    judged (a coverage rubric cites the tool that returned a value and judges the step that dropped it), else the
+    first citation."""
+    pairs = [(e, e.span_id) for e in rows] + [(e, feedback[e.feedback_id].target_span_id) for e in rows
+                                               if feedback[e.feedback_id].target_span_id]
+    spans = {(s.trace_id, s.span_id): s for s in Span.objects.filter(
+        trace_id__in={e.trace_id for e in rows}, span_id__in={span_id for _, span_id in pairs})}
+    node = insight.node if insight.level == Insight.Level.NODE else ""
+    for e, span_id in pairs:
+        span = spans.get((e.trace_id, span_id))
+        if node and span is not None and span.node == node:
+            return e, span, span_id
+    first = rows[0]
+    return first, spans.get((first.trace_id, first.span_id)), first.span_id
+
+
 def suggested_fix(*, insight: Insight, evidence: list) -> dict:
     """The fix for `insight`; evidence: its InsightEvidence rows, newest run first (body.content_collect)."""
     if insight.naming_source == "llm" and insight.recommendation:
         return {"text": insight.recommendation, "source": "llm", "trace_id": "", "span_id": ""}
     feedback = Feedback.objects.select_related("rubric").in_bulk({e.feedback_id for e in evidence})
-    judges = Counter((feedback[e.feedback_id].judge) for e in evidence if e.feedback_id in feedback)
-    if not judges:
+    cited = [e for e in evidence if e.feedback_id in feedback]
+    if not cited:
         return {"text": insight.recommendation, "source": "", "trace_id": "", "span_id": ""}
-    judge, fired = judges.most_common(1)[0]
-    first = next(e for e in evidence if e.feedback_id in feedback and feedback[e.feedback_id].judge == judge)
+    judge = _judge_pick(insight, cited, feedback)
+    rows = [e for e in cited if feedback[e.feedback_id].judge == judge]
+    first, span, span_id = _span_pick(insight, rows, feedback)
     row = feedback[first.feedback_id]
     trace_id = first.trace.trace_id
-    span = Span.objects.filter(trace_id=first.trace_id, span_id=first.span_id).first()
-    where = _where(span, first.span_id, trace_id)
-    share = f"{fired} of the {len(evidence)} citations"
+    where = _where(span, span_id, trace_id)
+    step = f"node {span.node}" if span and span.node else "that step"
+    share = f"{len(rows)} of the {len(evidence)} citations"
     if row.rubric is not None:
         text = (f"The rubric \u201c{row.rubric.name}\u201d fails ({share}), first on {where}: "
-                f"{rubric_demand(row.rubric)}. Change what that step does so that the rubric holds.")
+                f"{rubric_demand(row.rubric)}. Change what {step} does so that the rubric holds.")
         source = "rubric"
     elif judge in RULE_REMEDIES:
         text = (f"The rule {judge} fires ({share}), first on {where}: \u201c{first.statement_text}\u201d. "
@@ -92,6 +132,6 @@ def suggested_fix(*, insight: Insight, evidence: list) -> dict:
         source = "rule"
     else:
         text = (f"The judge {judge} fails the step ({share}), first on {where}: \u201c{first.statement_text}\u201d. "
-                "Start from that span.")
+                f"Change what {step} does there so that the judge's finding no longer holds.")
         source = "judge"
-    return {"text": text, "source": source, "trace_id": trace_id, "span_id": first.span_id}
+    return {"text": text, "source": source, "trace_id": trace_id, "span_id": span_id}

@@ -53,6 +53,14 @@ def ticket_for_insight(*, project: Project, insight) -> Ticket | None:
     return Ticket.objects.filter(project=project, insight=insight).order_by("pk").first()
 
 
+def ticket_by_insight_map(*, project: Project, insight_ids: list[int]) -> dict[int, Ticket]:
+    """{insight pk: its ticket} in one query, the ticket `ticket_for_insight` gives (the oldest)."""
+    tickets: dict[int, Ticket] = {}
+    for ticket in Ticket.objects.filter(project=project, insight_id__in=insight_ids).order_by("-pk"):
+        tickets[ticket.insight_id] = ticket
+    return tickets
+
+
 def issue_tracker_get(*, project: Project) -> IssueTrackerConnection:
     connection = IssueTrackerConnection.objects.filter(project=project).first()
     if connection is None:

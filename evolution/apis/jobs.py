@@ -45,6 +45,8 @@ from evolution.services.workspace import artifact_read
 class JobListApi(ProjectApi):
     """The project's evolution jobs, newest first."""
 
+    is_paginated = True
+
     class FilterSerializer(serializers.Serializer):
         state = serializers.ChoiceField(choices=JobState.values, required=False)
         active = serializers.BooleanField(required=False, allow_null=True, default=None,

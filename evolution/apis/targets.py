@@ -45,6 +45,8 @@ class TargetInputSerializer(serializers.Serializer):
 class TargetListApi(ProjectApi):
     """The project's evolution targets (agent repositories Clear may patch), by name."""
 
+    is_paginated = True
+
     @extend_schema(operation_id="evolution_targets_list", parameters=PAGINATION_PARAMETERS,
                    responses=paginated(TargetOutputSerializer, "PaginatedEvolutionTargetList"))
     def get(self, request: Request) -> Response:

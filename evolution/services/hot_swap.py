@@ -32,10 +32,31 @@ HOT_SWAP_STATES = (S.PROMOTING, S.HEALTH_CHECK, S.ROLLING_BACK)
 RELEASE_ZERO_PREFIX = "release-0-"
 
 
+def _releases_base() -> Path:
+    return Path(settings.CLEAR_EVOLUTION_RELEASES_DIR or Path(settings.CLEAR_EVOLUTION_DIR) / "releases")
+
+
 def releases_root(*, target: EvolutionTarget) -> Path:
     """<CLEAR_EVOLUTION_RELEASES_DIR>/<target id>, by default <CLEAR_EVOLUTION_DIR>/releases/<target id>."""
-    base = settings.CLEAR_EVOLUTION_RELEASES_DIR or Path(settings.CLEAR_EVOLUTION_DIR) / "releases"
-    return Path(base) / str(target.pk)
+    return _releases_base() / str(target.pk)
+
+
+def hot_swap_agents_stop() -> list[int]:
+    """Stop every agent a process activator runs under the releases roots (recorded in their agent.pid), with the
+    processes it spawned. The activator starts it in a session of its own so that a worker's restart does not take
+    the live release down; stopping the worker therefore leaves it running, and whoever stops Clear for good (the
+    demo's Ctrl-C) calls this. Needs no database. Returns the pids stopped."""
+    from evolution.deploy import ProcessActivator
+
+    stopped = []
+    for pid_file in sorted(_releases_base().glob("*/agent.pid")):
+        activator = ProcessActivator(command="true", pid_file=pid_file)  # never reloaded: it only adopts and stops
+        pid = activator.pid
+        activator.stop()
+        if pid is not None:
+            logger.info("evolution.hot_swap_agent_stopped pid=%s root=%s", pid, pid_file.parent)
+            stopped.append(pid)
+    return stopped
 
 
 def _plan(*, config: dict, root: Path):

@@ -1,6 +1,15 @@
-"""Small formatting filters for the pages (numbers only: trace content goes through frontend.render)."""
+"""Small formatting filters for the pages (numbers, times, the inline Markdown of titles: trace content goes through
+frontend.render)."""
+
+import re
+from datetime import datetime
+from datetime import timezone as dt_timezone
 
 from django import template
+from django.template.defaultfilters import date as date_format
+from django.utils import timezone
+from django.utils.html import conditional_escape, format_html
+from django.utils.safestring import mark_safe
 
 register = template.Library()
 
@@ -79,3 +88,68 @@ def elapsed(obj) -> str:
     if start is None or end is None:
         return "—"
     return duration(max((end - start).total_seconds(), 0) * 1000)
+
+
+# --- Markdown in titles ------------------------------------------------------------------------------------------
+# Insight titles, ticket titles and judges' issue titles carry inline Markdown (`node`, **word**); exports keep it,
+# pages render it. Only these two spans: anything else in a title is text, escaped like the rest.
+_MD_SPAN = re.compile(r"`([^`\n]+)`|\*\*([^*\n]+)\*\*")
+
+
+def _md_segments(text: str) -> list[tuple[str, str]]:
+    """[(kind, text)] with kind "", "code" or "strong"; the markers dropped."""
+    segments, at = [], 0
+    for match in _MD_SPAN.finditer(text):
+        if match.start() > at:
+            segments.append(("", text[at:match.start()]))
+        segments.append(("code", match.group(1)) if match.group(1) is not None else ("strong", match.group(2)))
+        at = match.end()
+    if at < len(text):
+        segments.append(("", text[at:]))
+    return segments
+
+
+def _md_truncated(segments: list[tuple[str, str]], limit) -> list[tuple[str, str]]:
+    """At most `limit` visible characters, the last one "…" when cut (as truncatechars counts)."""
+    if not limit or sum(len(s) for _, s in segments) <= int(limit):
+        return segments
+    room, out = int(limit) - 1, []
+    for kind, s in segments:
+        if room <= 0:
+            break
+        out.append((kind, s[:room]))
+        room -= len(s[:room])
+    out.append(("", "…"))
+    return out
+
+
+@register.filter
+def md_inline(value, limit=None) -> str:
+    """A title with its `code` spans as <code> and **bold** as <strong>, everything escaped; `limit` cuts it to
+    that many visible characters (never inside a marker, which would then show raw)."""
+    parts = []
+    for kind, s in _md_truncated(_md_segments(str(value or "")), limit):
+        parts.append(format_html("<{}>{}</{}>", kind, s, kind) if kind else conditional_escape(s))
+    return mark_safe("".join(parts))  # noqa: S308 - every part escaped above
+
+
+@register.filter
+def md_plain(value, limit=None) -> str:
+    """A title as plain text, its Markdown markers dropped (for <title>, attributes and truncated labels); left to
+    autoescaping."""
+    return "".join(s for _, s in _md_truncated(_md_segments(str(value or "")), limit))
+
+
+@register.filter
+def iso_time(value, fmt: str = "Y-m-d H:i:s") -> str:
+    """An ISO 8601 string (the release files keep them so) in the pages' date format, in the site's time zone."""
+    if not value:
+        return "—"
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return value
+    if timezone.is_naive(value):
+        value = timezone.make_aware(value, dt_timezone.utc)
+    return date_format(timezone.localtime(value), fmt)

@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -253,19 +254,59 @@ def test_walk_every_link_from_the_navigation(demo, page):
     assert not problems, "\n".join(problems)
 
 
+def _manage_as_in_the_readme(demo, *args: str) -> subprocess.CompletedProcess:
+    """`python manage.py …` in the demo's checkout, as a user types it after the demo: none of the settings the demo
+    script exported (its secret key, its address), only where its var/ is (the tests' demos use their own)."""
+    env = {k: v for k, v in demo.env.items() if k not in {"SECRET_KEY", "SECRET_KEY_FILE", "CLEAR_PUBLIC_URL"}}
+    return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_readme_commands_run_in_the_demo_checkout_without_settings(demo):
+    slug = json.loads((demo.var_dir / "demo-credentials.json").read_text())["slug"]
+    listed = _manage_as_in_the_readme(demo, "diagnose", "--help")
+    assert listed.returncode == 0, listed.stderr
+    exported = _manage_as_in_the_readme(demo, "export_tickets", "--project", slug, "--output", "md")
+    assert exported.returncode == 0, exported.stderr
+    assert "SECRET_KEY" not in exported.stderr
+
+
+def test_export_links_lead_to_the_port_the_demo_serves_on(demo):
+    """The demo serves on a port of its own (never 8000 here): every link of an export starts with that address, from
+    the web (the API) and from the README's export command."""
+    assert not demo.url.endswith(":8000")
+    secret = json.loads((demo.var_dir / "demo-credentials.json").read_text())["secret_key"]
+    request = urllib.request.Request(demo.url + "/api/v1/tickets/export/?output=md",
+                                     headers={"Authorization": f"Bearer {secret}"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        from_the_api = response.read().decode()
+    slug = json.loads((demo.var_dir / "demo-credentials.json").read_text())["slug"]
+    from_the_command = _manage_as_in_the_readme(demo, "export_tickets", "--project", slug, "--output", "md").stdout
+    for text in (from_the_api, from_the_command):
+        links = re.findall(r"https?://[^\s)>\]\"]+", text)
+        assert links, text[:500]
+        wrong = [link for link in links if not link.startswith(demo.url + "/")]
+        assert not wrong, wrong[:5]
+
+
 # ---- the README's walk-through says what the pages show --------------------------------------------------------
 
 _README = (ROOT / "README.md").read_text(encoding="utf-8")
 
 
+def _plain(title: str) -> str:
+    """A title as a page shows it: its `code` spans rendered (no backticks), whitespace collapsed."""
+    return " ".join(title.replace("`", "").split())
+
+
 def _readme_demo_insights() -> list[tuple[str, str]]:
-    """(node, title) for each node of the README's list of the planted bugs' insights."""
+    """(node, title as the pages show it) for each node of the README's list of the planted bugs' insights."""
     block = _README.split("<!-- demo-insights", 1)[1].split("<!-- /demo-insights -->", 1)[0]
     pairs = []
     for chunk in re.split(r"at\s+node\s+`", block)[1:]:
         node, rest = chunk.split("`", 1)
         rest = re.split(r"at\s+node\s+`", rest)[0]
-        pairs += [(node, " ".join(title.split())) for title in re.findall(r'"([^"]+)"', rest)]
+        pairs += [(node, _plain(title)) for title in re.findall(r'"([^"]+)"', rest)]
     return pairs
 
 
@@ -278,14 +319,19 @@ def test_readme_names_the_insights_the_demo_shows(demo, page):
     page.fill("#id_password", demo.password)
     page.click("button[type=submit]")
     page.wait_for_selector("[data-testid=top-insights]")
-    overview = " ".join(page.inner_text("[data-testid=top-insights]").split())
+    overview = _plain(page.inner_text("[data-testid=top-insights]"))
     # Nodes the overview's system insights hold (their "Where" column): a node insight within one is listed there.
     within_system = {" ".join(t.split()) for t in page.locator(
         "[data-testid=top-insights] tr[data-level=system] .node-tag").all_inner_texts()}
     for node, title in pairs:
         page.goto(f"{demo.url}/p/{slug}/insights/?level=node&node={node}")
-        titles = [" ".join(t.split()) for t in page.locator("[data-testid=insight-link]").all_inner_texts()]
+        titles = [_plain(t) for t in page.locator("[data-testid=insight-link]").all_inner_texts()]
         assert title in titles, (node, title, titles)
+    # The system insight the README says holds the misroute's two nodes.
+    system = _plain(re.search(r'the system insight "([^"]+)"', _README).group(1))
+    page.goto(f"{demo.url}/p/{slug}/insights/?level=system")
+    titles = [_plain(t) for t in page.locator("[data-testid=insight-link]").all_inner_texts()]
+    assert system in titles, (system, titles)
     # Each planted bug is reachable from the overview: one of its titles is in Top insights, or the system insight
     # that holds its node's insight.
     for node in ("mediator", "billing_worker", "planner"):

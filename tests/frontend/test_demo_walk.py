@@ -14,6 +14,7 @@ from diagnosis.models import DiagnosisRun, Insight, InsightEvidence
 from diagnosis.services.insights import insights_build
 from diagnosis.tickets.body import md_escape
 from diagnosis.tickets.models import Ticket
+from frontend.templatetags.clear_ui import md_plain
 from tests.frontend.conftest import seed_project
 from tests.frontend.support import axe_violations, describe, login
 from tests.frontend.support import Checker
@@ -67,7 +68,7 @@ def test_demo_walk(live_server, page, project, owner, settings, axe_path, celery
     page.wait_for_selector("[data-testid=insight-evidence]")
     insight = Insight.objects.get(project=project, pk=int(re.search(r"/insights/(\d+)/", page.url).group(1)))
     assert insight.node == "billing_worker"
-    assert page.inner_text("[data-testid=insight-title]") == insight.title
+    assert page.inner_text("[data-testid=insight-title]") == md_plain(insight.title)  # code spans rendered
     check("demo-05-insight")
 
     # Its evidence opens the trace viewer at the quoted span, the quote marked.

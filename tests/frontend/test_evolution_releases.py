@@ -173,6 +173,8 @@ def test_issue_19_acceptance_releases_rollback_and_a_second_job_on_the_live_rele
         check("evolution-jobs-rolled-back")
         page.goto(f"{base}/jobs/{job1.pk}/")
         assert page.locator("[data-testid=job-base] [data-testid=release-rolled-back]").count() == 1
+        assert "no longer live" in page.inner_text("[data-testid=job-state]")  # not "the fix is live" (issue 26)
+        check("evolution-job-rolled-back")
         page.goto(f"{live_server.url}/p/{project.slug}/insights/{race.pk}/")
         assert page.locator("[data-testid=insight-fix-note]").count() == 0
 
@@ -186,7 +188,8 @@ def test_issue_19_acceptance_releases_rollback_and_a_second_job_on_the_live_rele
         assert EvolutionJob.objects.get(pk=job2.pk).state == "AWAITING_CONSENT"
         check("evolution-job-base-stale")
         page.once("dialog", lambda dialog: dialog.accept())
-        page.click("[data-testid=restart]")
+        with page.expect_navigation():  # the stale job's page has a based-on line too: wait for the new one's
+            page.click("[data-testid=restart]")
         page.wait_for_selector("[data-testid=based-on]")
         job3 = EvolutionJob.objects.filter(project=project).order_by("-pk").first()
         assert job3.pk != job2.pk and f"/jobs/{job3.pk}/" in page.url

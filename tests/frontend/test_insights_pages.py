@@ -11,6 +11,7 @@ from diagnosis.models import Insight, InsightEvidence
 from diagnosis.services.insights import insights_build
 from diagnosis.tickets.body import md_escape
 from diagnosis.tickets.models import Ticket
+from frontend.templatetags.clear_ui import md_inline  # titles are shown with their code spans rendered
 from tests.frontend.conftest import PAYLOADS, Seeded, client_for
 
 pytestmark = pytest.mark.django_db
@@ -45,7 +46,7 @@ def test_owner_gets_the_pages(insighted, owner):
         response = client.get(url)
         assert response.status_code == 200, url
     html = client.get(f"/p/{insighted.project.slug}/").content.decode()
-    assert 'data-testid="top-insights"' in html and _system(insighted.project).title in html
+    assert 'data-testid="top-insights"' in html and md_inline(_system(insighted.project).title) in html
     assert ">Insights</a>" in html and ">Tickets</a>" in html
 
 
@@ -148,7 +149,7 @@ def test_detail_links_evidence_to_the_viewer_at_the_span(insighted, owner):
     html = client.get(f"/p/{project.slug}/insights/{insight.pk}/").content.decode()
     evidence = InsightEvidence.objects.filter(insight=insight).select_related("trace").first()
     assert f"/p/{project.slug}/traces/{evidence.trace.trace_id}/?span={evidence.span_id}" in html
-    for text in (insight.title, "Trend by release", "Node-level insights it contains", "Evolve", "csrfmiddlewaretoken"):
+    for text in (md_inline(insight.title), "Trend by release", "Node-level insights it contains", "Evolve", "csrfmiddlewaretoken"):
         assert text in html
     assert f'/p/{project.slug}/evolution/new/?insight={insight.pk}" data-testid="evolve"' in html
     for link in insight.node_links.select_related("node"):

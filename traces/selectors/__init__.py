@@ -1,5 +1,5 @@
 """Reads of traces and spans, always scoped to a project: `traces` (a trace, the one trace filter, releases, nodes,
-figures over time) and `graph` (per-node span figures and the workflow's transitions over the newest traces)."""
+figures), `volume` (traces per bucket of trace time) and `graph` (per-node span figures and the workflow's transitions over the newest traces)."""
 
 from traces.selectors.graph import (
     GRAPH_TRACE_SAMPLE,
@@ -14,8 +14,6 @@ from traces.selectors.traces import (
     ProjectTraceStats,
     ReleaseStats,
     TraceFilter,
-    VolumeBucket,
-    VolumeSeries,
     release_filter_value,
     release_first_received,
     span_list_for_trace,
@@ -25,8 +23,8 @@ from traces.selectors.traces import (
     trace_list_filtered,
     trace_release_list,
     trace_stats,
-    trace_volume_series,
 )
+from traces.selectors.volume import VolumeBucket, VolumeSeries, trace_volume_series
 
 __all__ = [
     "GRAPH_TRACE_SAMPLE", "NO_RELEASE", "Edge", "ProjectTraceStats", "ReleaseStats", "TraceFilter", "VolumeBucket",

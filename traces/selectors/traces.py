@@ -3,14 +3,12 @@ the distinct releases and nodes, and figures over the project's traces."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from datetime import timezone as dt_timezone
+from dataclasses import dataclass
+from datetime import datetime
 
 from django.db import connection
-from django.db.models import BooleanField, Count, Exists, Max, Min, OuterRef, Q, QuerySet, Sum
+from django.db.models import BooleanField, Count, Exists, Min, OuterRef, Q, QuerySet, Sum
 from django.db.models.expressions import RawSQL
-from django.db.models.functions import Trunc
 
 from clear.db import postgres_fast_path
 from clear.projects.models import Project
@@ -193,69 +191,3 @@ def release_first_received(*, project: Project, releases: list[str]) -> dict[str
     rows = (Trace.objects.filter(project=project, release__in=releases).values("release")
             .annotate(first=Min("first_received_at")))
     return {row["release"]: row["first"] for row in rows}
-
-
-@dataclass
-class VolumeBucket:
-    start: datetime
-    total: int = 0
-    failures: int = 0
-    successes: int = 0
-
-    @property
-    def judged(self) -> int:
-        return self.failures + self.successes
-
-    @property
-    def failure_rate(self) -> float | None:
-        return self.failures / self.judged if self.judged else None
-
-
-@dataclass
-class VolumeSeries:
-    unit: str  # minute | hour | day | week
-    buckets: list[VolumeBucket] = field(default_factory=list)
-
-
-_UNITS = (("minute", timedelta(minutes=1)), ("hour", timedelta(hours=1)), ("day", timedelta(days=1)),
-          ("week", timedelta(weeks=1)))
-_MAX_BUCKETS = 96
-_SERIES_WINDOW = timedelta(days=120)
-
-
-def _floor(moment: datetime, unit: str) -> datetime:
-    moment = moment.astimezone(dt_timezone.utc)
-    if unit == "minute":
-        return moment.replace(second=0, microsecond=0)
-    if unit == "hour":
-        return moment.replace(minute=0, second=0, microsecond=0)
-    day = moment.replace(hour=0, minute=0, second=0, microsecond=0)
-    return day - timedelta(days=day.weekday()) if unit == "week" else day
-
-
-def trace_volume_series(*, project: Project) -> VolumeSeries | None:
-    """Traces and failures per time bucket over the project's latest activity (up to 120 days before its newest
-    trace); the bucket is the smallest of minute/hour/day/week that keeps the chart under ~100 bars."""
-    traces = Trace.objects.filter(project=project, start_time__isnull=False)
-    bounds = traces.aggregate(lo=Min("start_time"), hi=Max("start_time"))
-    if bounds["hi"] is None:
-        return None
-    hi = bounds["hi"]
-    lo = max(bounds["lo"], hi - _SERIES_WINDOW)
-    unit, step = _UNITS[-1]
-    for candidate, delta in _UNITS:
-        if (hi - lo) / delta < _MAX_BUCKETS:
-            unit, step = candidate, delta
-            break
-    rows = (traces.filter(start_time__gte=lo).annotate(bucket=Trunc("start_time", unit, tzinfo=dt_timezone.utc))
-            .values("bucket").annotate(total=Count("pk"), failures=Count("pk", filter=Q(outcome="failure")),
-                                       successes=Count("pk", filter=Q(outcome="success"))).order_by("bucket"))
-    found = {_floor(r["bucket"], unit): r for r in rows}
-    series = VolumeSeries(unit=unit)
-    moment, end = _floor(lo, unit), _floor(hi, unit)
-    while moment <= end:
-        row = found.get(moment) or {}
-        series.buckets.append(VolumeBucket(start=moment, total=row.get("total", 0),
-                                           failures=row.get("failures", 0), successes=row.get("successes", 0)))
-        moment += step
-    return series

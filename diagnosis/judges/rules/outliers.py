@@ -75,8 +75,10 @@ def _outliers(trace: TraceView, stats: dict | None, *, judge: str, measure: str,
         z = _z(value, baseline)
         if z is None or z <= OUTLIER_Z or math.isnan(z):
             continue
+        # "202 tokens", not "tokens 202 tokens": the measure is named only when the unit does not name it.
+        amount = f"{value:.0f} {unit}" if unit == measure else f"{measure} {value:.0f} {unit}"
         issue = JudgeIssue(
-            title=f"{span_label(span)}: {measure} {value:.0f} {unit} is far above the node's median",
+            title=f"{span_label(span)}: {amount} is far above the node's median",
             detail=f"{value:.0f} {unit} against a median of {baseline['median']:.0f} {unit} "
                    f"(MAD {baseline['mad']:.0f}, robust z {z:.1f}, {baseline['n']} spans).",
             severity="low" if z < 2 * OUTLIER_Z else "medium", evidence=[Evidence(span.span_id, "")],

@@ -1,4 +1,5 @@
-"""Register an agent repository as an evolution target, change one, or list a project's targets.
+"""Register an agent repository as an evolution target, change one, or list a project's targets; stop the agents
+hot swaps started.
 
 This is the operator's way in: any local path may be the source, and the config may set hot_swap and
 scripted_fixtures, which the API and the web UI refuse (evolution/services/confinement.py)."""
@@ -24,7 +25,7 @@ def _error(exc: ClearError) -> CommandError:
 
 class Command(BaseCommand):
     help = ("Evolution targets: `add` registers a repository (its evolution.json or --config), `update` changes one, "
-            "`list` shows them.")
+            "`list` shows them, `stop-agents` stops the agents hot swaps started.")
 
     def add_arguments(self, parser):
         sub = parser.add_subparsers(dest="action", required=True)
@@ -44,8 +45,16 @@ class Command(BaseCommand):
         update.add_argument("--push-url")
         listing = sub.add_parser("list", help="list a project's targets")
         listing.add_argument("--project", required=True)
+        sub.add_parser("stop-agents", help="stop the agents hot swaps started (every target's; scripts/demo.sh "
+                                           "runs it when it stops)")
 
     def handle(self, *args, **options):
+        if options["action"] == "stop-agents":
+            from evolution.services.hot_swap import hot_swap_agents_stop
+
+            for pid in hot_swap_agents_stop():
+                self.stdout.write(f"stopped the hot-swapped agent (pid {pid})")
+            return
         try:
             project = project_get_by_name(name=options["project"])
         except ClearError as exc:

@@ -40,10 +40,9 @@ def test_regex_rubrics():
     forbidden = _check(_rubric("regex", {"pattern": "ITEM a", "expect": "absent", "ignore_case": True,
                                          "spans": {"node": "writer"}}))
     assert forbidden.verdict == "fail" and forbidden.issues[0].evidence[0].quote == "item A"
-    # Titled by the violation, then the rubric it breaks (the rubric's name states the expected behaviour).
-    assert forbidden.issues[0].title.startswith("Forbidden text in ")
-    assert forbidden.issues[0].title.endswith(", violating \u201cregex\u201d")
-    assert missing.issues[0].title.startswith("Expected text is missing from ")
+    # Titled by what went wrong, where, then the rubric it breaks (the rubric's name states the expected behaviour).
+    assert forbidden.issues[0].title == "`writer` writes `item A` (violates \u201cregex\u201d)"
+    assert missing.issues[0].title == "`writer` writes no text the rubric requires (violates \u201cregex\u201d)"
     # Without a node or selector the root span (the final answer) is checked.
     assert _check(_rubric("regex", {"pattern": "Done"})).verdict == "pass"
 
@@ -88,7 +87,7 @@ def test_coverage_rubric_quotes_the_dropped_value_from_its_source():
     result = _check(rubric)
     assert result.verdict == "fail" and result.target_span_id == "w"
     assert [(i.evidence[0].span_id, i.evidence[0].quote) for i in result.issues] == [("o", "B")]
-    assert "B from order_lookup is missing from llm w (writer)" == result.issues[0].title
+    assert result.issues[0].title == "`writer` drops the `sku` that `order_lookup` returned (violates \u201ccoverage\u201d)"
     ok = _check(_rubric("coverage", {"path": "$.refund_id", "sources": {"tool": "refund_lookup"},
                                      "target": {"node": "writer"}}))
     assert ok.verdict == "pass"
