@@ -46,23 +46,7 @@ def demo(request, tmp_path_factory):
     env = _embedded_env(var_dir)
     if request.param == "postgres":
         env["DATABASE_URL"] = _postgres_database_create(request)
-    process = subprocess.Popen(
-        ["bash", "scripts/demo.sh", "--no-install", "--port", str(port)],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
-    )
-    lines: list[str] = []
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline:
-        line = process.stdout.readline()
-        if not line and process.poll() is not None:
-            break
-        lines.append(line)
-        if "Press Ctrl-C" in line:
-            break
-    output = "".join(lines)
-    if "Press Ctrl-C" not in output:
-        _kill_sessions(_demo_sessions(process.pid))
-        pytest.fail(f"the demo did not come up:\n{output}")
+    process, output = demo_start(env=env, port=port)
     login = re.search(r"login: (\S+)", output).group(1)
     password = re.search(r"password: (\S+)", output).group(1)
     env["SECRET_KEY_FILE"] = str(var_dir / "secret_key")
@@ -81,6 +65,25 @@ def demo(request, tmp_path_factory):
         process.stdout.close()
     # The script stops its children within about 9 s (SIGTERM, SIGQUIT after 5 s, SIGKILL 3 s later).
     assert not hung, "scripts/demo.sh did not stop within 30 s of SIGTERM"
+
+
+def demo_start(*, env: dict, port: int) -> tuple[subprocess.Popen, str]:
+    """scripts/demo.sh in a session of its own, once it says it is up (its output so far); fails the test if not."""
+    process = subprocess.Popen(
+        ["bash", "scripts/demo.sh", "--no-install", "--port", str(port)],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )
+    lines: list[str] = []
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if not line and process.poll() is not None:
+            break
+        lines.append(line)
+        if "Press Ctrl-C" in line:
+            return process, "".join(lines)
+    _kill_sessions(_demo_sessions(process.pid))
+    pytest.fail("the demo did not come up:\n" + "".join(lines))
 
 
 def _postgres_database_create(request) -> str:

@@ -19,7 +19,7 @@ from django.conf import settings
 
 from evolution.deploy.commands import process_stat
 from tests.conftest import free_port
-from tests.foundation.test_demo import _demo_sessions, _embedded_env, _kill_sessions
+from tests.foundation.test_demo import _demo_sessions, _embedded_env, _kill_sessions, demo_start
 
 ROOT = Path(settings.BASE_DIR)
 
@@ -38,21 +38,8 @@ print(json.dumps({"pid": activator.pid, "pid_file": str(activator.pid_file)}))
 
 def _demo_start(var_dir: Path) -> tuple[subprocess.Popen, dict]:
     env = _embedded_env(var_dir)
-    process = subprocess.Popen(
-        ["bash", "scripts/demo.sh", "--no-install", "--port", str(free_port())],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
-    )
-    lines: list[str] = []
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline:
-        line = process.stdout.readline()
-        if not line and process.poll() is not None:
-            break
-        lines.append(line)
-        if "Press Ctrl-C" in line:
-            return process, {**env, "SECRET_KEY_FILE": str(var_dir / "secret_key")}
-    _kill_sessions(_demo_sessions(process.pid))
-    raise AssertionError("the demo did not come up:\n" + "".join(lines))
+    process, _ = demo_start(env=env, port=free_port())
+    return process, {**env, "SECRET_KEY_FILE": str(var_dir / "secret_key")}
 
 
 def _running(pid: int, started: int) -> bool:
