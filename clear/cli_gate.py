@@ -141,7 +141,7 @@ def junit_xml(comparison: dict, args: argparse.Namespace, over: dict[str, bool])
         case = ET.SubElement(suite, "testcase", name=_xml(_label(row)), time="0",
                              classname=_xml(f"clear.insights.{row['level']}.{row['node'] or 'system'}"))
         detail = (f"{change}: {row['title']}\nnode {row['node'] or '-'}, severity {row['severity']}, insight "
-                  f"{row['id']}\nbaseline {_share(row['base'])}, this release {_share(row['head'])}")
+                  f"{row['id'] or '(not in the Insights list)'}\nbaseline {_share(row['base'])}, this release {_share(row['head'])}")
         if over.get(change):
             ET.SubElement(case, "failure", message=_xml(f"{change} insight: {row['title']}"),
                           type=change).text = _xml(detail)
@@ -186,7 +186,7 @@ def markdown_summary(comparison: dict, args: argparse.Namespace, over: dict[str,
                   "| --- | --- | --- | --- | ---: | ---: |"]
         for row in comparison[change]:
             title = f"**{md_escape(row['title'])}**"
-            if ui_base:
+            if ui_base and row["id"]:  # a pattern of the gate's runs alone is no stored insight (no page)
                 title = f"[{title}]({ui_base}/insights/{row['id']}/)"
             lines.append(f"| {title} | {row['level']} | {md_escape(row['node']) or '-'} | {row['severity']} | "
                          f"{_share(row['base'])} | {_share(row['head'])} |")

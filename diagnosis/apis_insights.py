@@ -242,7 +242,9 @@ class CompareSideSerializer(serializers.Serializer):
 
 
 class CompareChangeSerializer(serializers.Serializer):
-    id = serializers.IntegerField(source="insight.pk", help_text="the insight")
+    id = serializers.IntegerField(source="insight.pk", allow_null=True,
+                                  help_text="the insight; null for a pattern of a run that is not full (a CI gate's, "
+                                            "sampled, filtered) that no stored insight is")
     level = serializers.CharField(source="insight.level")
     node = serializers.CharField(source="insight.node")
     title = serializers.CharField(source="insight.title")
@@ -257,8 +259,8 @@ class CompareChangeSerializer(serializers.Serializer):
     delta_high = serializers.FloatField(allow_null=True, help_text="upper bound of its interval at `confidence`")
     url = serializers.SerializerMethodField()
 
-    def get_url(self, change) -> str:
-        return f"/api/v1/insights/{change.insight.pk}/"
+    def get_url(self, change) -> str | None:
+        return f"/api/v1/insights/{change.insight.pk}/" if change.insight.pk else None
 
 
 class CompareThresholdsSerializer(serializers.Serializer):

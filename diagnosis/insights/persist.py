@@ -101,6 +101,8 @@ def insights_write(*, data: RunData, groups: list[Group], names: dict[int, tuple
                 defaults={"title": other_title(group.level, group.node), "first_seen": seen_at, "first_run": run})
             new = False
             summary.other += len(rows)
+            if insight.merged_into_id:  # absorbed once (insights/absorbed.py), it holds statements again
+                insight.merged_into = None
         elif group.insight_id is None:
             insight, new = Insight(project_id=run.project_id, level=group.level, node=group.node,
                                    first_seen=seen_at, first_run=run), True

@@ -118,6 +118,13 @@ class DiagnosisRun(models.Model):
         (diagnosis/insights/headline.py)."""
         return self.status == self.Status.SUCCEEDED and self._scope_kind() == "full"
 
+    @property
+    def writes_insights(self) -> bool:
+        """Whether building this run's insights may create, merge or change the project's insights and tickets: not
+        for a CI gate's, a sampled or a filtered run (a release alone is no filter), whose clusters are kept on the
+        run (diagnosis/insights/detached.py), whatever the state it ended in."""
+        return self._scope_kind() not in ("CI gate", "sampled", "filtered")
+
     def _scope_kind(self) -> str:
         if self.continuous:
             return "continuous"

@@ -3,7 +3,9 @@ worse, better and unchanged, with their figures in both.
 
 Insights are matched by identity, not by title: every run's clusters are resolved to the project's stored insights
 when its insights are built (diagnosis/insights/identity.py), and the figures of insight I in run R are the
-InsightOccurrence (I, R). An insight with no occurrence in a run did not occur there (0 of that run's judged traces).
+InsightOccurrence (I, R). A run that is not full (a CI gate's, sampled, filtered) writes no occurrence: its groups and
+figures are kept on the run (diagnosis/insights/detached.py); those no stored insight matched are paired across
+the two runs by the same identity rule and listed with no id. An insight with no occurrence in a run did not occur there (0 of that run's judged traces).
 
 The rule, per insight, with f = traces with the insight / judged traces of the run:
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 from clear.errors import ClearError, ConflictError, NotFoundError
 from clear.projects.models import Project
 from diagnosis.clustering.stats import newcombe_difference
@@ -124,7 +127,61 @@ def _final(insight: Insight, insights: dict[int, Insight]) -> Insight:
     return insight
 
 
-def _sides(project: Project, run: DiagnosisRun, insights: dict[int, Insight]) -> tuple[int, dict[int, Side]]:
+def _detached_sides(run: DiagnosisRun, groups: list[dict], insights: dict) -> tuple[int, dict]:
+    """A run that wrote no insights (diagnosis/insights/detached.py): its groups matched to stored insights count as
+    those; the others as unsaved insights keyed ("run", index), matched across the two runs by _pair_new."""
+    judged = int((run.insights_summary or {}).get("judged", run.done_count) or 0)
+    stored = Insight.objects.in_bulk([g["insight_id"] for g in groups if g.get("insight_id")])
+    sides: dict = {}
+    for index, group in enumerate(groups):
+        if group.get("is_other"):
+            continue
+        side = Side(group["count"], group["trace_count"], group["judged"] or judged, group["frequency"])
+        if group.get("insight_id") in stored:
+            insight = _final(stored[group["insight_id"]], insights)
+            key = insight.pk
+        else:
+            key = (str(run.pk), index)
+            insight = Insight(level=group["level"], node=group["node"], title=group["title"],
+                              severity=group["severity"], fingerprint=group.get("fingerprint", ""))
+            insight.detached_centroid = group.get("centroid")
+        insights.setdefault(key, insight)
+        known = sides.get(key)
+        if known is None or side.trace_count > known.trace_count:
+            sides[key] = side
+    return judged, sides
+
+
+def _pair_new(base: dict, head: dict, insights: dict) -> None:
+    """Groups of the two runs that no stored insight matched are one insight when the identity rule (centroid
+    cosine, else fingerprint) pairs them: the base's key is renamed to the head's."""
+    from diagnosis.clustering import ClusterRef, InsightRef, match_clusters_to_insights
+    from diagnosis.insights.identity import identity_threshold
+
+    def refs(side: dict, kind):
+        out = []
+        for key in side:
+            insight = insights[key]
+            centroid = getattr(insight, "detached_centroid", None)
+            if isinstance(key, tuple) and centroid:
+                out.append(kind(repr(key), np.asarray(centroid, dtype=np.float32), insight.node, insight.level,
+                                insight.fingerprint))
+        return out
+
+    heads, bases = refs(head, ClusterRef), refs(base, InsightRef)
+    if not heads or not bases:
+        return
+    by_repr = {repr(k): k for k in (*base, *head) if isinstance(k, tuple)}
+    for head_ref, match in match_clusters_to_insights(heads, bases, threshold=identity_threshold()).items():
+        if match.insight_id is not None:
+            base_key, head_key = by_repr[match.insight_id], by_repr[head_ref]
+            base[head_key] = base.pop(base_key)
+
+
+def _sides(project: Project, run: DiagnosisRun, insights: dict) -> tuple[int, dict]:
+    groups = (run.insights_summary or {}).get("groups")
+    if (run.insights_summary or {}).get("detached") and groups is not None:
+        return _detached_sides(run, groups, insights)
     occurrences = list(insight_occurrences_of_run(project=project, run=run))
     judged = _judged(run, occurrences)
     sides: dict[int, Side] = {}
@@ -168,9 +225,10 @@ def insights_compare(*, project: Project, base_run: DiagnosisRun, head_run: Diag
     insights: dict[int, Insight] = {}
     base_judged, base = _sides(project, base_run, insights)
     head_judged, head = _sides(project, head_run, insights)
+    _pair_new(base, head, insights)
     comparison = Comparison(base_run=base_run, head_run=head_run, base_judged=base_judged, head_judged=head_judged,
                             thresholds=thresholds)
-    for insight_id in sorted(set(base) | set(head)):
+    for insight_id in sorted(set(base) | set(head), key=str):
         insight = insights[insight_id]
         if insight.is_other or insight.review == Insight.Review.REJECTED or insight.status == Insight.Status.IGNORED:
             continue
@@ -184,7 +242,7 @@ def insights_compare(*, project: Project, base_run: DiagnosisRun, head_run: Diag
             delta_low=interval[0] if interval else None, delta_high=interval[1] if interval else None))
     for rows in comparison.changes.values():
         rows.sort(key=lambda c: (_SEVERITY_RANK.get(c.insight.severity, 9), -max(c.head.frequency, c.base.frequency),
-                                 c.insight.pk))
+                                 str(c.insight.pk or c.insight.title)))
     return comparison
 
 

@@ -1,5 +1,8 @@
 """Building insights from a finished diagnosis run (issue #6; method in diagnosis/insights/METHOD.md).
 
+Runs that are not full (a CI gate's, sampled or filtered) keep their groups on the run and never write the project's
+insights (diagnosis/insights/detached.py); full runs also retire insights another absorbed (insights/absorbed.py).
+
 `insights_run_request` is called when a run reaches succeeded / budget_exhausted: it marks the run queued and sends
 `diagnosis.build_insights` after commit (runs executed in-process are built by their caller). `insights_build` claims
 the run with a conditional update on `insights_status` (so a redelivered task does nothing), then: statements from
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db import transaction
@@ -20,6 +24,8 @@ from django.utils import timezone
 
 from clear.projects.models import Project
 from diagnosis.facts import insights_built_publish
+from diagnosis.insights.absorbed import insights_absorbed_retire
+from diagnosis.insights.detached import groups_detached
 from diagnosis.insights.embedding import centroid_of, embedder_get, statement_vectors
 from diagnosis.insights.groups import groups_name
 from diagnosis.insights.identity import Known, groups_assign, identity_threshold
@@ -115,12 +121,17 @@ def insights_build(*, run: DiagnosisRun, force: bool = False) -> dict | None:
     when the run is not finished or another build has it (or did it: pass force=True to rebuild)."""
     if not _claim(run_id=run.pk, force=force):
         return None
+    current = DiagnosisRun.objects.get(pk=run.pk)
     try:
-        summary = _build(DiagnosisRun.objects.get(pk=run.pk), rebuild=force)
+        summary = _build(current, rebuild=force) if current.writes_insights else _build_detached(current)
     except Exception as exc:
         DiagnosisRun.objects.filter(pk=run.pk).update(insights_status="failed", insights_finished_at=timezone.now(),
                                                       insights_error=f"{type(exc).__name__}: {exc}"[:5000])
         raise
+    if not current.writes_insights:
+        # Nothing stored changed, so no ticket, webhook or watched fix has anything to follow.
+        run.refresh_from_db()
+        return summary
     from diagnosis.tickets.services import ticket_sync_after_insights  # tickets follow the insights (never raises)
 
     ticket_sync_after_insights(run_id=run.pk)
@@ -135,10 +146,32 @@ def insights_build_by_id(*, run_id) -> dict | None:
     return insights_build(run=run) if run is not None else None
 
 
-def _build(run: DiagnosisRun, *, rebuild: bool) -> dict:
+@dataclass
+class _Clustered:
+    drafts: list
+    keys: list[str]
+    vectors: object
+    embedded: int
+    model_id: str
+    clusters: list
+    rows_of: dict
+    other_rows: dict
+    fingerprints: dict
+    traces: dict
+
+    @property
+    def medoids(self) -> dict[str, str]:
+        return {c.id: c.medoid_id for c in self.clusters}
+
+    def grouped(self, project_id: int) -> tuple[list, set[str]]:
+        return _groups(project_id=project_id, model_id=self.model_id, clusters=self.clusters,
+                       fingerprints=self.fingerprints, rows_of=self.rows_of, vectors=self.vectors,
+                       other_rows=self.other_rows)
+
+
+def _cluster(run: DiagnosisRun) -> _Clustered:
     from diagnosis.clustering import Statement, cluster_per_node_and_system, fingerprint, name_clusters
 
-    started = time.monotonic()
     drafts = statements_collect(run=run)
     embedder = embedder_get()
     vectors, keys, embedded = statement_vectors([d.text for d in drafts], embedder)
@@ -159,14 +192,56 @@ def _build(run: DiagnosisRun, *, rebuild: bool) -> dict:
                 clusters.append(cluster)
                 rows_of[cluster.id] = [index_of[k] for k in cluster.member_ids]
                 raw_fingerprints[cluster.id] = fingerprint(names[cluster.id].terms, cluster.node, cluster.level)
-    traces = judged_traces(run)
+    return _Clustered(drafts=drafts, keys=keys, vectors=vectors, embedded=embedded, model_id=embedder.model_id,
+                      clusters=clusters, rows_of=rows_of, other_rows=other_rows, fingerprints=raw_fingerprints,
+                      traces=judged_traces(run))
+
+
+def _judged_by_release(traces: dict) -> dict[str, int]:
+    judged: dict[str, int] = {}
+    for info in traces.values():
+        judged[info.release] = judged.get(info.release, 0) + 1
+    return judged
+
+
+def _build_detached(run: DiagnosisRun) -> dict:
+    """A run that is not full: its groups and figures go on the run, nothing into the project's insights
+    (diagnosis/insights/detached.py). Offline names only: its titles show nowhere but a comparison."""
+    from diagnosis.clustering import fingerprint
+
+    started = time.monotonic()
+    c = _cluster(run)
+    groups, _ = c.grouped(run.project_id)
+    names = groups_name(groups=groups, drafts=c.drafts, vectors=c.vectors, llm=None, medoids=c.medoids)
+    fingerprints = {i: fingerprint(name.terms, groups[i].node, groups[i].level) for i, (_, name) in names.items()}
+    rows = groups_detached(groups=groups, names=names, drafts=c.drafts, traces=c.traces, fingerprints=fingerprints)
+    named = [g for g in rows if not g["is_other"]]
+    summary = {
+        "judged": len(c.traces), "judged_by_release": _judged_by_release(c.traces), "statements": len(c.drafts),
+        "embedded": c.embedded, "embedding_model": c.model_id, "identity_threshold": identity_threshold(),
+        "clusters": len(c.clusters), "insights": len(named), "new": sum(1 for g in named if g["insight_id"] is None),
+        "matched": sum(1 for g in named if g["insight_id"] is not None), "reopened": 0,
+        "other_statements": sum(g["count"] for g in rows if g["is_other"]), "detached": True, "groups": rows,
+        "seconds": round(time.monotonic() - started, 2),
+    }
+    DiagnosisRun.objects.filter(pk=run.pk).update(insights_summary=summary, insights_status="done",
+                                                  insights_finished_at=timezone.now())
+    logger.info("insights.detached run=%s scope=%s statements=%d groups=%d", run.pk, run.scope_label,
+                len(c.drafts), len(rows))
+    return summary
+
+
+def _build(run: DiagnosisRun, *, rebuild: bool) -> dict:
+    from diagnosis.clustering import fingerprint
+
+    started = time.monotonic()
+    c = _cluster(run)
+    drafts, vectors, traces, medoids = c.drafts, c.vectors, c.traces, c.medoids
     usage = NamingUsage()
     model = naming_model(run_model=run.model)
-    medoids = {c.id: c.medoid_id for c in clusters}
 
     def grouped() -> tuple[list, set[str]]:
-        return _groups(project_id=run.project_id, model_id=embedder.model_id, clusters=clusters,
-                       fingerprints=raw_fingerprints, rows_of=rows_of, vectors=vectors, other_rows=other_rows)
+        return c.grouped(run.project_id)
 
     if model:
         # The model is asked before the project's lock is taken, with no transaction open: a name can take minutes,
@@ -184,19 +259,18 @@ def _build(run: DiagnosisRun, *, rebuild: bool) -> dict:
         namer = llm_namer_build(model=model, usage=NamingUsage(), wanted=wanted, cache_only=True)
         names = groups_name(groups=groups, drafts=drafts, vectors=vectors, llm=namer, medoids=medoids)
         fingerprints = {i: fingerprint(name.terms, groups[i].node, groups[i].level) for i, (_, name) in names.items()}
-        data = RunData(run=run, drafts=drafts, keys=keys, vectors=vectors, traces=traces, model_id=embedder.model_id)
+        data = RunData(run=run, drafts=drafts, keys=c.keys, vectors=vectors, traces=traces, model_id=c.model_id)
         written = insights_write(data=data, groups=groups, names=names, fingerprints=fingerprints)
         insights_built_webhooks_emit(run=run, created=written.new, matched=written.matched, reopened=written.reopened)
         dropped = _drop_orphans(run) if rebuild else 0
-        judged_by_release: dict[str, int] = {}
-        for info in traces.values():
-            judged_by_release[info.release] = judged_by_release.get(info.release, 0) + 1
+        absorbed = insights_absorbed_retire(run=run)
         summary = {
-            "judged": len(traces), "judged_by_release": judged_by_release, "statements": len(drafts),
-            "embedded": embedded, "embedding_model": embedder.model_id, "identity_threshold": identity_threshold(),
-            "clusters": len(clusters), "insights": len(written.new) + len(written.matched), "new": len(written.new),
+            "judged": len(traces), "judged_by_release": _judged_by_release(traces), "statements": len(drafts),
+            "embedded": c.embedded, "embedding_model": c.model_id, "identity_threshold": identity_threshold(),
+            "clusters": len(c.clusters), "insights": len(written.new) + len(written.matched), "new": len(written.new),
             "matched": len(written.matched), "reopened": len(written.reopened), "other_statements": written.other,
             "evidence": written.evidence, "links": written.links, "dropped": dropped,
+            "absorbed": absorbed,
             "naming": {"model": model, "calls": usage.calls,
                        "cached": usage.cached, "failed": usage.failed, "input_tokens": usage.input_tokens,
                        "output_tokens": usage.output_tokens, "errors": usage.errors},
