@@ -123,9 +123,7 @@ def insights_build(*, run: DiagnosisRun, force: bool = False) -> dict | None:
         return None
     current = DiagnosisRun.objects.get(pk=run.pk)
     try:
-        # A continuous run's refreshes (services/insights_refresh.py) wrote statements already: replace them.
-        summary = _build(current, rebuild=force or current.continuous) if current.writes_insights \
-            else _build_detached(current)
+        summary = _build(current, rebuild=force) if current.writes_insights else _build_detached(current)
     except Exception as exc:
         DiagnosisRun.objects.filter(pk=run.pk).update(insights_status="failed", insights_finished_at=timezone.now(),
                                                       insights_error=f"{type(exc).__name__}: {exc}"[:5000])
@@ -171,10 +169,10 @@ class _Clustered:
                        other_rows=self.other_rows)
 
 
-def _cluster(run: DiagnosisRun, window: set[int] | None = None, upto: int | None = None) -> _Clustered:
+def _cluster(run: DiagnosisRun) -> _Clustered:
     from diagnosis.clustering import Statement, cluster_per_node_and_system, fingerprint, name_clusters
 
-    drafts = statements_collect(run=run, trace_pks=window, feedback_upto=upto)
+    drafts = statements_collect(run=run)
     embedder = embedder_get()
     vectors, keys, embedded = statement_vectors([d.text for d in drafts], embedder)
     statements = [Statement(id=d.key, text=d.text, node=d.node, trace_id=str(d.trace_pk), span_id=d.span_id or None,
@@ -196,7 +194,7 @@ def _cluster(run: DiagnosisRun, window: set[int] | None = None, upto: int | None
                 raw_fingerprints[cluster.id] = fingerprint(names[cluster.id].terms, cluster.node, cluster.level)
     return _Clustered(drafts=drafts, keys=keys, vectors=vectors, embedded=embedded, model_id=embedder.model_id,
                       clusters=clusters, rows_of=rows_of, other_rows=other_rows, fingerprints=raw_fingerprints,
-                      traces={k: v for k, v in judged_traces(run).items() if window is None or int(k) in window})
+                      traces=judged_traces(run))
 
 
 def _judged_by_release(traces: dict) -> dict[str, int]:
@@ -233,22 +231,11 @@ def _build_detached(run: DiagnosisRun) -> dict:
     return summary
 
 
-@dataclass
-class RefreshRules:
-    """How a continuous refresh's full build differs from a full run's (services/insights_refresh.py): over a window
-    of the run's traces; a fixed insight reopens only when reopen_allowed says so; no `insight.regressed` for a
-    frequency rise, no orphan dropped, nothing retired as absorbed (a sliding window proves no absence)."""
-
-    window: set[int] | None
-    upto: int | None  # the newest feedback read: the next incremental refresh starts after it
-    reopen_allowed: object
-
-
-def _build(run: DiagnosisRun, *, rebuild: bool, refresh: RefreshRules | None = None) -> dict:
+def _build(run: DiagnosisRun, *, rebuild: bool) -> dict:
     from diagnosis.clustering import fingerprint
 
     started = time.monotonic()
-    c = _cluster(run, refresh.window, refresh.upto) if refresh else _cluster(run)
+    c = _cluster(run)
     drafts, vectors, traces, medoids = c.drafts, c.vectors, c.traces, c.medoids
     usage = NamingUsage()
     model = naming_model(run_model=run.model)
@@ -273,12 +260,10 @@ def _build(run: DiagnosisRun, *, rebuild: bool, refresh: RefreshRules | None = N
         names = groups_name(groups=groups, drafts=drafts, vectors=vectors, llm=namer, medoids=medoids)
         fingerprints = {i: fingerprint(name.terms, groups[i].node, groups[i].level) for i, (_, name) in names.items()}
         data = RunData(run=run, drafts=drafts, keys=c.keys, vectors=vectors, traces=traces, model_id=c.model_id)
-        written = insights_write(data=data, groups=groups, names=names, fingerprints=fingerprints,
-                                 reopen_allowed=refresh.reopen_allowed if refresh else None)
-        insights_built_webhooks_emit(run=run, created=written.new, matched=[] if refresh else written.matched,
-                                     reopened=written.reopened)
-        dropped = _drop_orphans(run) if rebuild and not refresh else 0
-        absorbed = insights_absorbed_retire(run=run) if not refresh else []
+        written = insights_write(data=data, groups=groups, names=names, fingerprints=fingerprints)
+        insights_built_webhooks_emit(run=run, created=written.new, matched=written.matched, reopened=written.reopened)
+        dropped = _drop_orphans(run) if rebuild else 0
+        absorbed = insights_absorbed_retire(run=run)
         summary = {
             "judged": len(traces), "judged_by_release": _judged_by_release(traces), "statements": len(drafts),
             "embedded": c.embedded, "embedding_model": c.model_id, "identity_threshold": identity_threshold(),
@@ -291,10 +276,9 @@ def _build(run: DiagnosisRun, *, rebuild: bool, refresh: RefreshRules | None = N
                        "output_tokens": usage.output_tokens, "errors": usage.errors},
             "seconds": round(time.monotonic() - started, 2),
         }
-        if refresh is None:  # a refresh writes its run after the commit: the run's judging writes it meanwhile
-            DiagnosisRun.objects.filter(pk=run.pk).update(insights_summary=summary)
-            trend_refresh(project_id=run.project_id, current_run_id=run.pk)
-            DiagnosisRun.objects.filter(pk=run.pk).update(insights_status="done", insights_finished_at=timezone.now())
+        DiagnosisRun.objects.filter(pk=run.pk).update(insights_summary=summary)
+        trend_refresh(project_id=run.project_id, current_run_id=run.pk)
+        DiagnosisRun.objects.filter(pk=run.pk).update(insights_status="done", insights_finished_at=timezone.now())
     logger.info("insights.built run=%s statements=%d new=%d matched=%d reopened=%d seconds=%.1f", run.pk,
                 len(drafts), len(written.new), len(written.matched), len(written.reopened), summary["seconds"])
     return summary
