@@ -106,6 +106,9 @@ def test_a_rolled_back_release_is_not_shown_as_a_live_fix(project, owner):
     assert "carries the fix" not in fix and "watching" not in fix, fix
     assert "rolled back" in fix and "no longer live" in fix, fix
     assert "no longer live" in _section(html, "job-base")
+    # The reason the job ended with was the promotion's: the page says it no longer holds.
+    assert re.search(r"reason <code>healthy</code> <span[^>]*>\(when it was promoted; its release was rolled back "
+                     r"since\)", html), head
 
     # The jobs list and the target's page say the same of the rolled-back job, and the live one stays live.
     jobs = client.get(_url(project, "")).content.decode()
@@ -118,6 +121,7 @@ def test_a_rolled_back_release_is_not_shown_as_a_live_fix(project, owner):
     still_live = client.get(_url(project, f"jobs/{live.pk}/")).content.decode()
     assert "the fix is live" in _section(still_live, "job-state")
     assert "carries the fix" in _section(still_live, "insight-fix")
+    assert "rolled back since" not in still_live
 
 
 def _trials(job, task, *, arm: str, passed: bool, iteration=None) -> None:
