@@ -62,3 +62,12 @@ def build_insights(self, run_id: str) -> None:
             DiagnosisRun.objects.filter(pk=run_id, insights_status="failed").update(insights_status="queued")
             raise self.retry(exc=exc, countdown=min(60, 5 * 2 ** self.request.retries)) from exc
         raise
+
+
+@shared_task(name="diagnosis.refresh_insights", acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+def refresh_insights(run_id: str) -> None:
+    """Refresh the insights from a continuous run (services/insights_refresh.py); claims the run's queued refresh,
+    so a redelivered message does nothing. A failed refresh is marked failed and asked again by a later beat."""
+    from diagnosis.services.insights_refresh import insights_refresh
+
+    insights_refresh(run_id=run_id)

@@ -30,6 +30,7 @@ urlpatterns = [
     path("p/<slug:slug>/feedback/<int:feedback_id>/mark-wrong/", views_traces.feedback_mark_wrong,
          name="feedback-mark-wrong"),
     path("p/<slug:slug>/insights/", views_insights.insight_list_view, name="insights"),
+    path("p/<slug:slug>/insights/refresh/", views_insights.insight_refresh, name="insights-refresh"),
     path("p/<slug:slug>/insights/<int:insight_id>/", views_insights.insight_detail, name="insight"),
     path("p/<slug:slug>/insights/<int:insight_id>/review/", views_insights.insight_review, name="insight-review"),
     path("p/<slug:slug>/insights/<int:insight_id>/status/", views_insights.insight_status, name="insight-status"),

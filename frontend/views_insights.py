@@ -18,6 +18,7 @@ from clear.projects.models import Project
 from diagnosis.models import Insight
 from diagnosis.selectors import (
     diagnosis_run_latest,
+    insights_last_refreshed,
     insight_evidence_list,
     insight_get,
     insight_count_by_node,
@@ -27,6 +28,7 @@ from diagnosis.selectors import (
     insight_list_top,
     insight_trend,
 )
+from diagnosis.services.insights_refresh import insights_refresh_now, refresh_seconds
 from diagnosis.services.insights_review import insight_confirm, insight_reject, insight_status_set
 from diagnosis.tickets.export import CONTENT_TYPES, OUTPUTS, tickets_export
 from diagnosis.tickets.models import IssueTrackerConnection, Ticket
@@ -89,8 +91,25 @@ def insight_list_view(request: HttpRequest, slug: str) -> HttpResponse:
         "filtered": any(filters.values()), "has_any": every.exists(), "nodes": nodes,
         "releases": releases, "levels": Insight.Level.choices, "severities": Insight.Severity.choices,
         "statuses": Insight.Status.choices, "has_run": diagnosis_run_latest(project=project) is not None,
+        "last_refreshed": insights_last_refreshed(project=project), "refresh_seconds": round(refresh_seconds()),
     }
     return render(request, "frontend/insights.html", context)
+
+
+@login_required
+@require_POST
+def insight_refresh(request: HttpRequest, slug: str) -> HttpResponse:
+    """"Refresh now": the continuous run's refresh, queued after commit for a worker (not waited for here)."""
+    project = project_for(request, slug)
+    queued = insights_refresh_now(project=project)
+    if queued is None:
+        messages.info(request, "Nothing to refresh: no continuous run is open today. Traces are judged as they "
+                               "complete once the worker's beat runs, or start a diagnosis run.")
+    elif queued:
+        messages.success(request, "Refresh queued: the list updates when a worker has done it (reload in a moment).")
+    else:
+        messages.info(request, "A refresh is already queued or running: the list updates when it is done.")
+    return redirect("frontend:insights", slug=project.slug)
 
 
 @login_required

@@ -343,6 +343,13 @@ CLEAR_WEBHOOK_ALLOW_PRIVATE = env_bool("CLEAR_WEBHOOK_ALLOW_PRIVATE", False)
 # insight.regressed fires when an insight's frequency rose by at least this much (absolute, 0..1) since the last run
 # it occurred in (or when a fixed insight is reopened).
 CLEAR_INSIGHT_REGRESSION_DELTA = env_float("CLEAR_INSIGHT_REGRESSION_DELTA", 0.1)
+# Continuous insights (diagnosis/services/insights_refresh.py): newly judged traces of the day's continuous run refresh
+# the insights at most every REFRESH seconds, over the run's traces of the last CLEAR_CONTINUOUS_LOOKBACK_HOURS, the
+# newest WINDOW_TRACES of them; statements that join no insight wait for a full re-clustering of that window, at most
+# every RECLUSTER seconds.
+CLEAR_INSIGHT_REFRESH_SECONDS = env_float("CLEAR_INSIGHT_REFRESH_SECONDS", 120.0)
+CLEAR_INSIGHT_WINDOW_TRACES = env_int("CLEAR_INSIGHT_WINDOW_TRACES", 5000)
+CLEAR_INSIGHT_RECLUSTER_SECONDS = env_float("CLEAR_INSIGHT_RECLUSTER_SECONDS", 600.0)
 # Evolution sandbox (evolution/sandbox/): the weakest isolation a trial may run under (subprocess < bwrap < docker),
 # and the image the Docker runner uses (it must run the host's Python: same libc).
 # The minimum is bwrap: candidate code never runs unconfined unless the operator lowers it (subprocess gives no

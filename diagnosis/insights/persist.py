@@ -83,7 +83,9 @@ def _apply_name(insight: Insight, name, group: Group, data: RunData, new: bool) 
 
 
 def insights_write(*, data: RunData, groups: list[Group], names: dict[int, tuple],
-                   fingerprints: dict[int, str]) -> WriteSummary:
+                   fingerprints: dict[int, str], reopen_allowed=None) -> WriteSummary:
+    """reopen_allowed(insight, frequency) -> bool, when given, may keep a fixed insight fixed although it matched:
+    a continuous refresh reopens only what it saw twice in a row (services/insights_refresh.py)."""
     from diagnosis.clustering import issue_stats
 
     run, drafts = data.run, data.drafts
@@ -127,7 +129,8 @@ def insights_write(*, data: RunData, groups: list[Group], names: dict[int, tuple
             insight.last_run = run
         insight.last_seen = max(filter(None, [insight.last_seen, seen_at]))
         insight.first_seen = min(filter(None, [insight.first_seen, seen_at]))
-        reopen = not new and not group.is_other and latest and insight.status == Insight.Status.FIXED
+        reopen = not new and not group.is_other and latest and insight.status == Insight.Status.FIXED \
+            and (reopen_allowed is None or reopen_allowed(insight, stats.frequency))
         if reopen:
             insight.status, insight.reopened_at = Insight.Status.OPEN, timezone.now()
             insight.reopen_count += 1

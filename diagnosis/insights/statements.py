@@ -89,10 +89,19 @@ def _span_nodes(pairs: set[tuple[int, str]]) -> dict[tuple[int, str], tuple[str,
     return nodes
 
 
-def statements_collect(*, run: DiagnosisRun) -> list[Draft]:
-    """Every statement of the run's problem feedback, in feedback order (see the module docstring)."""
+def statements_collect(*, run: DiagnosisRun, trace_pks=None, feedback_after: int = 0,
+                       feedback_upto: int | None = None) -> list[Draft]:
+    """Every statement of the run's problem feedback, in feedback order (see the module docstring). A continuous
+    refresh narrows it to its window's traces (trace_pks) and to the feedback judged since its last refresh."""
+    feedback = Feedback.objects.filter(run=run, status__in=(Feedback.Status.OK, Feedback.Status.TRUNCATED))
+    if trace_pks is not None:
+        feedback = feedback.filter(trace_id__in=list(trace_pks))
+    if feedback_after:
+        feedback = feedback.filter(pk__gt=feedback_after)
+    if feedback_upto is not None:
+        feedback = feedback.filter(pk__lte=feedback_upto)
     rows = list(
-        Feedback.objects.filter(run=run, status__in=(Feedback.Status.OK, Feedback.Status.TRUNCATED))
+        feedback
         .filter(Q(verdict=Feedback.Verdict.FAIL) | ~Q(issues=[]))
         .order_by("trace_id", "judge", "target_span_id", "pk")
         .values("pk", "trace_id", "trace__trace_id", "trace__release", "target_span_id", "judge", "judge_kind",

@@ -51,6 +51,7 @@ from diagnosis.selectors.runs import (
     RunSummary,
     diagnosis_run_get,
     diagnosis_run_latest,
+    insights_last_refreshed,
     diagnosis_run_latest_finished,
     diagnosis_run_list,
     diagnosis_run_list_with_insights,
@@ -71,4 +72,5 @@ __all__ = [
     "insight_occurrences_of_run", "insight_statement_list", "insight_trend", "node_insight_heatmap_get",
     "node_judged_trace_counts", "node_stats_list", "node_workflow_get", "not_associated_with_failure", "rubric_get",
     "rubric_list", "trace_list_with_failing",
+    "insights_last_refreshed",
 ]

@@ -106,6 +106,14 @@ def diagnosis_run_latest(*, project: Project) -> DiagnosisRun | None:
     return DiagnosisRun.objects.filter(project=project).order_by("-created_at").first()
 
 
+def insights_last_refreshed(*, project: Project):
+    """When the project's insights list last changed (a full run's build or a continuous refresh; the server's clock,
+    UTC), or None; runs that are not full (detached) change nothing, so they do not count."""
+    return (DiagnosisRun.objects.filter(project=project, insights_status="done", insights_finished_at__isnull=False)
+            .exclude(insights_summary__has_key="detached").order_by("-insights_finished_at")
+            .values_list("insights_finished_at", flat=True).first())
+
+
 def diagnosis_run_list_with_insights(*, project: Project, limit: int = 50) -> list[DiagnosisRun]:
     """Runs whose insights were built, newest first."""
     return list(DiagnosisRun.objects.filter(project=project, insights_status="done").order_by("-created_at")[:limit])

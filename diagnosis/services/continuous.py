@@ -4,7 +4,7 @@ A trace is complete when its root span has ended and no span arrived for CLEAR_T
 claims complete, unclaimed traces by inserting a ContinuousMark per trace (unique on the trace, so concurrent beats
 split the traces and never share one), and adds them to the project's continuous run of the day (UTC): one
 DiagnosisRun per project and day, which stays running and grows; the first beat of the next day closes it once its
-traces are done.
+traces are done. Each beat also asks for the insights refresh that is due (services/insights_refresh.py).
 
 A trace whose content changed after it was judged (a resend that changed a span, a late span: Trace.content_changed_at
 after judged_at, "changed since judged") is claimed again once it is quiet: its mark moves to today's run (a
@@ -25,6 +25,7 @@ from django.utils import timezone
 
 from diagnosis import conf
 from diagnosis.models import ContinuousMark, DiagnosisRun, Feedback, RunTrace
+from diagnosis.services.insights_refresh import insights_refresh_due, insights_refresh_final
 from diagnosis.services.runs import (
     run_items_execute,
     node_stats_from_rows,
@@ -118,6 +119,9 @@ def continuous_tick(*, now: datetime | None = None) -> int:
         else:
             diagnosis_run_dispatch(run_id=run.pk)
     _close_past_days(now=now)
+    # Insights follow what has been judged, debounced (services/insights_refresh.py); the judging of this beat's
+    # traces finishes later, and a later beat's refresh picks it up.
+    insights_refresh_due(now=now)
     return claimed_total
 
 
@@ -146,5 +150,6 @@ def _close_past_days(*, now: datetime) -> None:
         continuous_key=today)
     for run_id in past.values_list("pk", flat=True):
         if not RunTrace.objects.filter(run_id=run_id, status__in=RunTrace.OPEN).exists():
-            DiagnosisRun.objects.filter(pk=run_id, status=DiagnosisRun.Status.RUNNING).update(
-                status=DiagnosisRun.Status.SUCCEEDED, finished_at=now)
+            if DiagnosisRun.objects.filter(pk=run_id, status=DiagnosisRun.Status.RUNNING).update(
+                    status=DiagnosisRun.Status.SUCCEEDED, finished_at=now):
+                insights_refresh_final(run_id=run_id)

@@ -123,7 +123,9 @@ def insights_build(*, run: DiagnosisRun, force: bool = False) -> dict | None:
         return None
     current = DiagnosisRun.objects.get(pk=run.pk)
     try:
-        summary = _build(current, rebuild=force) if current.writes_insights else _build_detached(current)
+        # A continuous run's refreshes (services/insights_refresh.py) wrote statements already: replace them.
+        summary = _build(current, rebuild=force or current.continuous) if current.writes_insights \
+            else _build_detached(current)
     except Exception as exc:
         DiagnosisRun.objects.filter(pk=run.pk).update(insights_status="failed", insights_finished_at=timezone.now(),
                                                       insights_error=f"{type(exc).__name__}: {exc}"[:5000])
@@ -169,10 +171,10 @@ class _Clustered:
                        other_rows=self.other_rows)
 
 
-def _cluster(run: DiagnosisRun) -> _Clustered:
+def _cluster(run: DiagnosisRun, window: set[int] | None = None, upto: int | None = None) -> _Clustered:
     from diagnosis.clustering import Statement, cluster_per_node_and_system, fingerprint, name_clusters
 
-    drafts = statements_collect(run=run)
+    drafts = statements_collect(run=run, trace_pks=window, feedback_upto=upto)
     embedder = embedder_get()
     vectors, keys, embedded = statement_vectors([d.text for d in drafts], embedder)
     statements = [Statement(id=d.key, text=d.text, node=d.node, trace_id=str(d.trace_pk), span_id=d.span_id or None,
@@ -194,7 +196,7 @@ def _cluster(run: DiagnosisRun) -> _Clustered:
                 raw_fingerprints[cluster.id] = fingerprint(names[cluster.id].terms, cluster.node, cluster.level)
     return _Clustered(drafts=drafts, keys=keys, vectors=vectors, embedded=embedded, model_id=embedder.model_id,
                       clusters=clusters, rows_of=rows_of, other_rows=other_rows, fingerprints=raw_fingerprints,
-                      traces=judged_traces(run))
+                      traces={k: v for k, v in judged_traces(run).items() if window is None or int(k) in window})
 
 
 def _judged_by_release(traces: dict) -> dict[str, int]:
@@ -231,11 +233,22 @@ def _build_detached(run: DiagnosisRun) -> dict:
     return summary
 
 
-def _build(run: DiagnosisRun, *, rebuild: bool) -> dict:
+@dataclass
+class RefreshRules:
+    """How a continuous refresh's full build differs from a full run's (services/insights_refresh.py): over a window
+    of the run's traces; a fixed insight reopens only when reopen_allowed says so; no `insight.regressed` for a
+    frequency rise, no orphan dropped, nothing retired as absorbed (a sliding window proves no absence)."""
+
+    window: set[int] | None
+    upto: int | None  # the newest feedback read: the next incremental refresh starts after it
+    reopen_allowed: object
+
+
+def _build(run: DiagnosisRun, *, rebuild: bool, refresh: RefreshRules | None = None) -> dict:
     from diagnosis.clustering import fingerprint
 
     started = time.monotonic()
-    c = _cluster(run)
+    c = _cluster(run, refresh.window, refresh.upto) if refresh else _cluster(run)
     drafts, vectors, traces, medoids = c.drafts, c.vectors, c.traces, c.medoids
     usage = NamingUsage()
     model = naming_model(run_model=run.model)
@@ -260,10 +273,12 @@ def _build(run: DiagnosisRun, *, rebuild: bool) -> dict:
         names = groups_name(groups=groups, drafts=drafts, vectors=vectors, llm=namer, medoids=medoids)
         fingerprints = {i: fingerprint(name.terms, groups[i].node, groups[i].level) for i, (_, name) in names.items()}
         data = RunData(run=run, drafts=drafts, keys=c.keys, vectors=vectors, traces=traces, model_id=c.model_id)
-        written = insights_write(data=data, groups=groups, names=names, fingerprints=fingerprints)
-        insights_built_webhooks_emit(run=run, created=written.new, matched=written.matched, reopened=written.reopened)
-        dropped = _drop_orphans(run) if rebuild else 0
-        absorbed = insights_absorbed_retire(run=run)
+        written = insights_write(data=data, groups=groups, names=names, fingerprints=fingerprints,
+                                 reopen_allowed=refresh.reopen_allowed if refresh else None)
+        insights_built_webhooks_emit(run=run, created=written.new, matched=[] if refresh else written.matched,
+                                     reopened=written.reopened)
+        dropped = _drop_orphans(run) if rebuild and not refresh else 0
+        absorbed = insights_absorbed_retire(run=run) if not refresh else []
         summary = {
             "judged": len(traces), "judged_by_release": _judged_by_release(traces), "statements": len(drafts),
             "embedded": c.embedded, "embedding_model": c.model_id, "identity_threshold": identity_threshold(),
@@ -276,9 +291,10 @@ def _build(run: DiagnosisRun, *, rebuild: bool) -> dict:
                        "output_tokens": usage.output_tokens, "errors": usage.errors},
             "seconds": round(time.monotonic() - started, 2),
         }
-        DiagnosisRun.objects.filter(pk=run.pk).update(insights_summary=summary)
-        trend_refresh(project_id=run.project_id, current_run_id=run.pk)
-        DiagnosisRun.objects.filter(pk=run.pk).update(insights_status="done", insights_finished_at=timezone.now())
+        if refresh is None:  # a refresh writes its run after the commit: the run's judging writes it meanwhile
+            DiagnosisRun.objects.filter(pk=run.pk).update(insights_summary=summary)
+            trend_refresh(project_id=run.project_id, current_run_id=run.pk)
+            DiagnosisRun.objects.filter(pk=run.pk).update(insights_status="done", insights_finished_at=timezone.now())
     logger.info("insights.built run=%s statements=%d new=%d matched=%d reopened=%d seconds=%.1f", run.pk,
                 len(drafts), len(written.new), len(written.matched), len(written.reopened), summary["seconds"])
     return summary
