@@ -349,7 +349,8 @@ CLEAR_INSIGHT_REGRESSION_DELTA = env_float("CLEAR_INSIGHT_REGRESSION_DELTA", 0.1
 # every RECLUSTER seconds.
 CLEAR_INSIGHT_REFRESH_SECONDS = env_float("CLEAR_INSIGHT_REFRESH_SECONDS", 120.0)
 CLEAR_INSIGHT_WINDOW_TRACES = env_int("CLEAR_INSIGHT_WINDOW_TRACES", 5000)
-CLEAR_INSIGHT_RECLUSTER_SECONDS = env_float("CLEAR_INSIGHT_RECLUSTER_SECONDS", 600.0)
+CLEAR_INSIGHT_RECLUSTER_SECONDS = env_float("CLEAR_INSIGHT_RECLUSTER_SECONDS", 300.0)
+CLEAR_INSIGHT_JOIN_SIMILARITY = env_float("CLEAR_INSIGHT_JOIN_SIMILARITY", 0.6)
 # Evolution sandbox (evolution/sandbox/): the weakest isolation a trial may run under (subprocess < bwrap < docker),
 # and the image the Docker runner uses (it must run the host's Python: same libc).
 # The minimum is bwrap: candidate code never runs unconfined unless the operator lowers it (subprocess gives no

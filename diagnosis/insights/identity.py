@@ -64,6 +64,12 @@ def _final(insight_id: int, known: dict[int, Known]) -> int:
     return insight_id
 
 
+def insights_resolved(known: list[Known]) -> dict[int, int]:
+    """Insight id -> the insight it stands for now (itself, or the end of its merge chain)."""
+    by_id = {k.id: k for k in known}
+    return {k.id: _final(k.id, by_id) for k in known}
+
+
 def _families(known: dict[int, Known], live: set[int]) -> dict[int, list[int]]:
     """Live insight -> the live insights of its split family (same level, node and split root), itself included."""
     def root(i: int) -> int:

@@ -33,14 +33,15 @@ def statements_of(insight: Insight, run_id=None):
     return rows.filter(run_id=run_id) if run_id is not None else rows
 
 
-def occurrence_recompute(*, insight: Insight, run: DiagnosisRun) -> InsightOccurrence | None:
+def occurrence_recompute(*, insight: Insight, run: DiagnosisRun, judged: dict | None = None) -> InsightOccurrence | None:
+    """judged: the run's judged_traces when the caller has them (one read for many insights)."""
     from diagnosis.clustering import issue_stats
 
     rows = list(statements_of(insight, run.pk).values_list("trace_id", "trace__trace_id", "trace__release"))
     if not rows:
         InsightOccurrence.objects.filter(insight=insight, run=run).delete()
         return None
-    stats = issue_stats({str(pk) for pk, _, _ in rows}, judged_traces(run))
+    stats = issue_stats({str(pk) for pk, _, _ in rows}, judged_traces(run) if judged is None else judged)
     releases = Counter(release or "" for _, release in {(pk, release) for pk, _, release in rows})
     occurrence, _ = InsightOccurrence.objects.update_or_create(insight=insight, run=run, defaults={
         "count": len(rows), "trace_count": stats.count, "judged": stats.judged, "frequency": stats.frequency,
@@ -48,6 +49,62 @@ def occurrence_recompute(*, insight: Insight, run: DiagnosisRun) -> InsightOccur
         "lift_high": stats.lift_ci[1] if stats.lift_ci else None,
         "trace_ids": sorted({tid for _, tid, _ in rows}), "releases": dict(releases)})
     return occurrence
+
+
+class JudgedTotals:
+    """A run's judged traces keyed by trace id (the key of InsightOccurrence.trace_ids), with the totals issue_stats
+    counts over all of them, so a refresh's figures cost in proportion to an insight's traces, not the run's."""
+
+    def __init__(self, traces: dict, by_pk: dict) -> None:
+        self.traces, self.by_pk = traces, by_pk  # by_pk: the same, keyed as judged_traces (occurrence_recompute)
+        self.judged = len(traces)
+        self.known = sum(1 for info in traces.values() if info.failed is not None)
+        self.failed = sum(1 for info in traces.values() if info.failed)
+
+
+def occurrence_extend(*, insight: Insight, run: DiagnosisRun, added: list[tuple[str, str]],
+                      totals: JudgedTotals) -> InsightOccurrence | None:
+    """A refresh joined statements to the insight in this run (added: (trace id, release) per statement): its
+    occurrence grows without reading the statements it held. Same figures as occurrence_recompute over the same
+    judged traces (no statement was taken out: only a re-clustering moves statements)."""
+    from diagnosis.clustering.stats import risk_ratio
+
+    occurrence = InsightOccurrence.objects.filter(insight=insight, run=run).first()
+    if occurrence is None:
+        return None
+    traces = set(occurrence.trace_ids or [])
+    releases = Counter(occurrence.releases or {})
+    for trace_id, release in dict(added).items():
+        if trace_id not in traces:
+            traces.add(trace_id)
+            releases[release or ""] += 1
+    hit = [totals.traces[t] for t in traces if t in totals.traces]
+    n1 = sum(1 for info in hit if info.failed is not None)
+    a = sum(1 for info in hit if info.failed)
+    lift, lift_ci = risk_ratio(a, n1, totals.failed - a, totals.known - n1, 0.95)
+    occurrence.count += len(added)
+    occurrence.trace_count, occurrence.judged = len(hit), totals.judged
+    occurrence.frequency = len(hit) / totals.judged if totals.judged else 0.0
+    occurrence.lift = lift
+    occurrence.lift_low, occurrence.lift_high = (lift_ci[0], lift_ci[1]) if lift_ci else (None, None)
+    occurrence.trace_ids, occurrence.releases = sorted(traces), dict(releases)
+    occurrence.save(update_fields=["count", "trace_count", "judged", "frequency", "lift", "lift_low", "lift_high",
+                                   "trace_ids", "releases"])
+    return occurrence
+
+
+def headline_extend(*, insight: Insight, occurrence: InsightOccurrence, nodes: list[str]) -> bool:
+    """The headline figures after occurrence_extend, when they come from this run already; False: call
+    headline_refresh. Severity stays until the next re-clustering."""
+    if insight.last_run_id != occurrence.run_id:
+        return False
+    insight.count, insight.trace_count, insight.frequency = occurrence.count, occurrence.trace_count, \
+        occurrence.frequency
+    insight.lift, insight.lift_low, insight.lift_high = occurrence.lift, occurrence.lift_low, occurrence.lift_high
+    affected = Counter(insight.affected_nodes or {})
+    affected.update(node for node in nodes if node)
+    insight.affected_nodes = dict(affected.most_common())
+    return True
 
 
 def headline_refresh(*, insight: Insight) -> None:

@@ -28,11 +28,12 @@ from diagnosis.insights.absorbed import insights_absorbed_retire
 from diagnosis.insights.detached import groups_detached
 from diagnosis.insights.embedding import centroid_of, embedder_get, statement_vectors
 from diagnosis.insights.groups import groups_name
-from diagnosis.insights.identity import Known, groups_assign, identity_threshold
+from diagnosis.insights.identity import Known, groups_assign, identity_threshold, insights_resolved
 from diagnosis.insights.naming import NamingUsage, llm_namer_build, naming_model
 from diagnosis.insights.persist import RunData, insights_write
 from diagnosis.insights.recompute import judged_traces
 from diagnosis.insights.statements import statements_collect
+from diagnosis.insights.sticky import Prior, groups_sticky
 from diagnosis.insights.trend import trend_refresh
 from diagnosis.models import (
     DiagnosisRun,
@@ -91,15 +92,11 @@ def _known(*, project_id: int, model_id: str) -> list[Known]:
             for pk, level, node, raw, fp, merged, split in rows if raw]
 
 
-def _groups(*, project_id: int, model_id: str, clusters: list, fingerprints: dict[str, str],
-            rows_of: dict[str, list[int]], vectors, other_rows: dict) -> tuple[list, set[str]]:
-    """The run's groups against the project's insights as they are now, and the ids of the groups to offer to the
-    model: not an "other" bucket, not an insight the model has named already."""
-    groups = groups_assign(clusters=clusters, fingerprints=fingerprints, rows_of=rows_of, vectors=vectors,
-                           known=_known(project_id=project_id, model_id=model_id), other_rows=other_rows)
+def _wanted(groups: list) -> set[str]:
+    """The ids of the groups to offer to the model: not an "other" bucket, not an insight the model named already."""
     llm_named = set(Insight.objects.filter(pk__in=[g.insight_id for g in groups if g.insight_id],
                                            naming_source="llm").values_list("pk", flat=True))
-    return groups, {f"g{i}" for i, g in enumerate(groups) if not g.is_other and g.insight_id not in llm_named}
+    return {f"g{i}" for i, g in enumerate(groups) if not g.is_other and g.insight_id not in llm_named}
 
 
 def _forget_run(run: DiagnosisRun) -> None:
@@ -149,6 +146,18 @@ def insights_build_by_id(*, run_id) -> dict | None:
 
 
 @dataclass
+class RefreshRules:
+    """How a continuous refresh's full build differs from a full run's (services/insights_refresh.py): over a window
+    of the run's traces; a fixed insight reopens only when reopen_allowed says so; no `insight.regressed` for a
+    frequency rise, no orphan dropped, nothing retired as absorbed (a sliding window proves no absence)."""
+
+    window: set[int] | None
+    upto: int | None  # the newest feedback read: the next incremental refresh starts after it
+    reopen_allowed: object
+    prior: Prior | None = None  # where the previous re-clustering put the run's statements (insights/sticky.py)
+
+
+@dataclass
 class _Clustered:
     drafts: list
     keys: list[str]
@@ -165,10 +174,14 @@ class _Clustered:
     def medoids(self) -> dict[str, str]:
         return {c.id: c.medoid_id for c in self.clusters}
 
-    def grouped(self, project_id: int) -> tuple[list, set[str]]:
-        return _groups(project_id=project_id, model_id=self.model_id, clusters=self.clusters,
-                       fingerprints=self.fingerprints, rows_of=self.rows_of, vectors=self.vectors,
-                       other_rows=self.other_rows)
+    def grouped(self, project_id: int, refresh: RefreshRules | None = None) -> tuple[list, set[str]]:
+        known = _known(project_id=project_id, model_id=self.model_id)
+        groups = groups_assign(clusters=self.clusters, fingerprints=self.fingerprints, rows_of=self.rows_of,
+                               vectors=self.vectors, known=known, other_rows=self.other_rows)
+        if refresh is not None and refresh.prior:
+            groups = groups_sticky(groups=groups, keys=[d.key for d in self.drafts], nodes=[d.node for d in self.drafts],
+                                   prior=refresh.prior, live=insights_resolved(known))
+        return groups, _wanted(groups)
 
 
 def _cluster(run: DiagnosisRun, window: set[int] | None = None, upto: int | None = None) -> _Clustered:
@@ -233,17 +246,6 @@ def _build_detached(run: DiagnosisRun) -> dict:
     return summary
 
 
-@dataclass
-class RefreshRules:
-    """How a continuous refresh's full build differs from a full run's (services/insights_refresh.py): over a window
-    of the run's traces; a fixed insight reopens only when reopen_allowed says so; no `insight.regressed` for a
-    frequency rise, no orphan dropped, nothing retired as absorbed (a sliding window proves no absence)."""
-
-    window: set[int] | None
-    upto: int | None  # the newest feedback read: the next incremental refresh starts after it
-    reopen_allowed: object
-
-
 def _build(run: DiagnosisRun, *, rebuild: bool, refresh: RefreshRules | None = None) -> dict:
     from diagnosis.clustering import fingerprint
 
@@ -254,7 +256,7 @@ def _build(run: DiagnosisRun, *, rebuild: bool, refresh: RefreshRules | None = N
     model = naming_model(run_model=run.model)
 
     def grouped() -> tuple[list, set[str]]:
-        return c.grouped(run.project_id)
+        return c.grouped(run.project_id, refresh)
 
     if model:
         # The model is asked before the project's lock is taken, with no transaction open: a name can take minutes,

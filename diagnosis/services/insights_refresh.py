@@ -9,14 +9,19 @@ message does nothing. The refresh works over a window: the run's judged traces r
 CLEAR_CONTINUOUS_LOOKBACK_HOURS, the newest CLEAR_INSIGHT_WINDOW_TRACES of them.
 
 - Incremental (the usual case): only the feedback judged since the last refresh is read; its statements' vectors come
-  from the embedding cache; each joins an existing insight by the membership rule of a full build
-  (insights/incremental.py) and the touched insights' figures for this run are recomputed. No model is called.
-- Full (the first refresh of a run, then at most every CLEAR_INSIGHT_RECLUSTER_SECONDS while statements wait): the
-  window is clustered and written as a full run's build is (services/insights.py `_build`, names asked of the model
-  before the project's lock is taken, never inside the transaction), under `RefreshRules`.
+  from the embedding cache; each joins the insight of its most similar placed statement (insights/incremental.py)
+  and the touched insights' figures for this run grow by what joined (recompute.py occurrence_extend): the cost
+  follows the new statements and the run's distinct texts, not its traces. No model is called, nothing is created;
+  only reopened insights' tickets are synced at once, the others' figures follow at the next re-clustering.
+- Full, a re-clustering (the first refresh of a run, then at most every CLEAR_INSIGHT_RECLUSTER_SECONDS while
+  statements judged since the last one wait): the window is clustered and written as a full run's build is
+  (services/insights.py `_build`, names asked of the model before the project's lock is taken, never inside the
+  transaction), under `RefreshRules`, with sticky membership (insights/sticky.py): what the previous re-clustering
+  placed stays, and a new insight needs a statement it did not see.
 
-Hysteresis, so tickets and webhooks do not flap as the window slides: a refresh never marks an insight fixed, never
-closes a ticket, drops no insight and retires none as absorbed (only a full run's rules do); a fixed insight reopens
+Hysteresis, so tickets and webhooks do not flap as the window slides: sticky membership (above); a refresh never marks
+an insight fixed, never closes a ticket, drops no insight and retires none as absorbed (only a full run's rules do);
+a fixed insight reopens
 only when two refreshes in a row see it at a frequency of CLEAR_INSIGHT_FIXED_BELOW or more; `insight.created` is
 sent when a refresh creates an insight and `insight.regressed` when it reopens one, never for a frequency that
 rises and falls with the window. The state lives on the run: insights_finished_at is the last refresh, and
@@ -37,9 +42,16 @@ from django.utils import timezone
 from clear.projects.models import Project
 from diagnosis import conf
 from diagnosis.insights.embedding import embedder_get, statement_vectors
-from diagnosis.insights.incremental import statements_assign
-from diagnosis.insights.recompute import headline_refresh, occurrence_recompute
-from diagnosis.insights.statements import statements_collect
+from diagnosis.insights.identity import insights_resolved
+from diagnosis.insights.incremental import placed_neighbours, statements_assign
+from diagnosis.insights.recompute import (
+    JudgedTotals,
+    headline_extend,
+    headline_refresh,
+    occurrence_extend,
+    occurrence_recompute,
+)
+from diagnosis.insights.statements import Draft, statements_collect
 from diagnosis.insights.trend import trend_refresh
 from diagnosis.models import DiagnosisRun, Feedback, Insight, InsightEvent, InsightStatement, RunTrace
 from diagnosis.services.insights import STALE_SECONDS, RESEND_SECONDS, RefreshRules, _build, _known
@@ -58,7 +70,7 @@ def window_traces() -> int:
 
 
 def recluster_seconds() -> float:
-    return float(getattr(settings, "CLEAR_INSIGHT_RECLUSTER_SECONDS", 600.0))
+    return float(getattr(settings, "CLEAR_INSIGHT_RECLUSTER_SECONDS", 300.0))
 
 
 def _state(run: DiagnosisRun) -> dict:
@@ -174,12 +186,16 @@ def insights_refresh(*, run_id) -> dict | None:
         streak = state.get("reopen_streak")  # one refresh counts once, whether incremental, full or both
         if full_at is not None:
             _incremental(run=run, state=state, window=window, upto=newest, now=now)
-        if full_at is None or (state.get("pending") and now - full_at >= timedelta(seconds=recluster_seconds())):
+        due = state.get("provisional") and now - (full_at or now) >= timedelta(seconds=recluster_seconds())
+        if full_at is None or due:
             _full(run=run, state=state, window=window, upto=newest, now=now, streak=streak)
     except Exception as exc:
         DiagnosisRun.objects.filter(pk=run_id).update(insights_status="failed", insights_finished_at=timezone.now(),
                                                       insights_error=f"{type(exc).__name__}: {exc}"[:5000])
         raise
+    # After an incremental refresh only the tickets of reopened insights change at once; the others' figures follow at
+    # the next re-clustering (ticket content reads each insight's evidence and traces: the most costly part).
+    tickets_of = state.pop("tickets_of", None)
     state.update(at=timezone.now().isoformat(), window=len(window), seconds=round(time.monotonic() - started, 3),
                  count=int(state.get("count", 0)) + 1)
     summary = {**(state.pop("built", None) or run.insights_summary or {}), "refresh": state}
@@ -190,33 +206,73 @@ def insights_refresh(*, run_id) -> dict | None:
     trend_refresh(project_id=run.project_id, current_run_id=run.pk)
     from diagnosis.tickets.services import ticket_sync_after_insights  # tickets follow (never raises, never closes)
 
-    ticket_sync_after_insights(run_id=run_id)
+    ticket_sync_after_insights(run_id=run_id, insight_ids=tickets_of)
     logger.info("insights.refreshed run=%s kind=%s window=%d new_statements=%d joined=%d pending=%d seconds=%.2f",
                 run_id, state.get("kind"), len(window), state.get("new_statements", 0), state.get("joined", 0),
                 state.get("pending", 0), state["seconds"])
     return summary
 
 
+def _prior(run: DiagnosisRun, state: dict) -> dict:
+    """Where the previous re-clustering put each statement of the run (insights/sticky.py); the statements joined
+    by incremental refreshes since are not in it."""
+    upto = state.get("confirmed_upto")
+    if not upto:
+        return {}
+    rows = InsightStatement.objects.filter(run=run, pk__lte=upto).values_list(
+        "feedback_id", "position", "node_insight_id", "system_insight_id")
+    return {f"{feedback}:{position}": (node, system) for feedback, position, node, system in rows}
+
+
 def _full(*, run: DiagnosisRun, state: dict, window: set[int], upto: int, now: datetime, streak) -> None:
     reopen = _Reopen(streak)
-    built = _build(run, rebuild=True, refresh=RefreshRules(window=window, upto=upto, reopen_allowed=reopen))
-    state.update(kind="full", full_at=now.isoformat(), pending=0, feedback_max=upto, reopen_streak=reopen.after,
+    built = _build(run, rebuild=True, refresh=RefreshRules(window=window, upto=upto, reopen_allowed=reopen,
+                                                           prior=_prior(run, state)))
+    confirmed = InsightStatement.objects.filter(run=run).aggregate(m=Max("pk"))["m"] or 0
+    state.pop("tickets_of", None)
+    state.update(kind="full", full_at=now.isoformat(), pending=0, provisional=0, confirmed_upto=confirmed,
+                 feedback_max=upto, reopen_streak=reopen.after,
                  built={k: v for k, v in built.items() if k != "refresh"},
                  created=state.get("created", 0) + built.get("new", 0), full_count=state.get("full_count", 0) + 1)
 
 
+def _judged_totals(run: DiagnosisRun, window: set[int]) -> JudgedTotals:
+    """The window's judged traces by trace id (occurrence_extend) and by pk (occurrence_recompute), one query."""
+    from diagnosis.clustering import TraceInfo
+
+    by_tid, by_pk = {}, {}
+    rows = RunTrace.objects.filter(run=run, status=RunTrace.Status.DONE).values_list(
+        "trace_id", "trace__trace_id", "trace__release", "trace__outcome")
+    for pk, trace_id, release, outcome in rows:
+        if pk in window:
+            info = TraceInfo(failed=(outcome == "failure") if outcome else None, release=release or "")
+            by_tid[trace_id] = by_pk[str(pk)] = info
+    return JudgedTotals(by_tid, by_pk)
+
+
 def _incremental(*, run: DiagnosisRun, state: dict, window: set[int], upto: int, now: datetime) -> None:
     """The statements of the feedback judged since the last refresh, joined to existing insights (module docstring).
-    The cost follows the new statements: their vectors (cached), one identity check each, the touched insights."""
-    drafts = statements_collect(run=run, trace_pks=window, feedback_after=int(state.get("feedback_max") or 0),
-                                feedback_upto=upto)
+    The cost follows the new statements: their vectors (cached), their nearest placed statements, the touched
+    insights' occurrences."""
+    # The window is applied here, not in the query: a list of every trace of the window costs more than the
+    # feedback judged since the last refresh.
+    drafts = [d for d in statements_collect(run=run, feedback_after=int(state.get("feedback_max") or 0),
+                                            feedback_upto=upto) if d.trace_pk in window]
     embedder = embedder_get()
     vectors, keys, _ = statement_vectors([d.text for d in drafts], embedder)
-    assigned = statements_assign(drafts=drafts, vectors=vectors,
-                                 known=_known(project_id=run.project_id, model_id=embedder.model_id)) if drafts else []
+    assigned = []
+    if drafts:
+        live = insights_resolved(_known(project_id=run.project_id, model_id=embedder.model_id))
+        neighbours = placed_neighbours(run=run, live=live, cache=embedder.cache)
+        assigned = statements_assign(drafts=drafts, vectors=vectors, neighbours=neighbours)
     joined = [(d, keys[i], a) for i, (d, a) in enumerate(zip(drafts, assigned)) if a.joined]
+    added: dict[int, list[Draft]] = {}
+    for d, _, a in joined:
+        for insight_id in {a.node_insight, a.system_insight} - {None}:
+            added.setdefault(insight_id, []).append(d)
     reopen = _Reopen(state.get("reopen_streak"))
     reopened: list[int] = []
+    totals = _judged_totals(run, window) if added else None
     with transaction.atomic():
         Project.objects.select_for_update().filter(pk=run.project_id).first()  # one writer of insights per project
         InsightStatement.objects.bulk_create([
@@ -226,10 +282,16 @@ def _incremental(*, run: DiagnosisRun, state: dict, window: set[int], upto: int,
                 judge=d.judge[:200], severity=d.severity, evidence=d.evidence, vector_key=key,
                 node_insight_id=a.node_insight, system_insight_id=a.system_insight)
             for d, key, a in joined], batch_size=2000)
-        touched = {i for _, _, a in joined for i in (a.node_insight, a.system_insight) if i is not None}
+        touched = set(added)
         for insight in Insight.objects.filter(pk__in=touched).select_related("last_run"):
-            occurrence = occurrence_recompute(insight=insight, run=run)
-            headline_refresh(insight=insight)
+            rows = added[insight.pk]
+            occurrence = occurrence_extend(insight=insight, run=run, added=[(d.trace_id, d.release) for d in rows],
+                                           totals=totals)
+            if occurrence is None:  # the insight had no statement of this run yet
+                occurrence = occurrence_recompute(insight=insight, run=run, judged=totals.by_pk)
+            if occurrence is None or not headline_extend(insight=insight, occurrence=occurrence,
+                                                         nodes=[d.node for d in rows]):
+                headline_refresh(insight=insight)
             insight.last_seen = max(filter(None, [insight.last_seen, now]))
             if insight.status == Insight.Status.FIXED and occurrence is not None \
                     and reopen(insight, occurrence.frequency):
@@ -242,5 +304,7 @@ def _incremental(*, run: DiagnosisRun, state: dict, window: set[int], upto: int,
         insights_built_webhooks_emit(run=run, created=[], matched=[], reopened=reopened)
     pending = int(state.get("pending") or 0) + sum(1 for _, a in zip(drafts, assigned) if not a.joined)
     state.update(kind="incremental", feedback_max=upto, new_statements=len(drafts), joined=len(joined),
-                 pending=pending, reopen_streak=reopen.after, reopened=len(reopened))
+                 pending=pending, provisional=int(state.get("provisional") or 0) + len(drafts),
+                 reopen_streak=reopen.after, reopened=len(reopened),
+                 tickets_of=sorted(reopened))
 

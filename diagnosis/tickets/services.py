@@ -240,14 +240,17 @@ def ticket_sync_from_insight(*, insight: Insight) -> Ticket | None:
     return ticket
 
 
-def ticket_sync_after_insights(*, run_id) -> dict | None:
-    """Called at the end of an insights build: the tickets of the run's insights. Never raises, so a ticket problem
-    cannot fail the build; `manage.py sync_tickets` repairs what a failure left behind."""
+def ticket_sync_after_insights(*, run_id, insight_ids: list[int] | None = None) -> dict | None:
+    """Called at the end of an insights build: the tickets of the run's insights (insight_ids: only these, for a
+    refresh that touched a few). Never raises, so a ticket problem cannot fail the build; `manage.py sync_tickets`
+    repairs what a failure left behind."""
     from diagnosis.models import DiagnosisRun
 
     try:
         run = DiagnosisRun.objects.select_related("project").get(pk=run_id)
         insights = Insight.objects.filter(project=run.project, occurrences__run=run, is_other=False).distinct()
+        if insight_ids is not None:
+            insights = insights.filter(pk__in=insight_ids)
         summary = ticket_sync_for_insights(project=run.project, insights=insights).as_dict()
     except Exception:  # noqa: BLE001 - see the docstring
         logger.exception("tickets.sync_failed run=%s", run_id)

@@ -11,7 +11,6 @@ from clear.webhooks.services import webhook_create
 from diagnosis.models import DiagnosisRun, Insight, InsightEvent, InsightStatement
 from diagnosis.services import continuous_tick
 from diagnosis.services import insights_refresh as refresh_module
-from diagnosis.services.insights import RefreshRules, _build
 from diagnosis.services.insights_refresh import insights_refresh, insights_refresh_request
 from diagnosis.services.insights_review import insight_status_set
 from diagnosis.tickets.models import Ticket
@@ -112,7 +111,8 @@ def test_a_redelivered_refresh_does_nothing_twice(project, continuous, sent, dja
 
 
 def _full_build_membership(run) -> dict:
-    _build(run, rebuild=True, refresh=RefreshRules(window=None, upto=None, reopen_allowed=lambda *a: False))
+    """Where the refresh's next re-clustering puts the run's statements (the full build of a continuous run)."""
+    assert _refresh(run.project, full=True)["kind"] == "full"
     return {(f, p): (n, s) for f, p, n, s in InsightStatement.objects.filter(run=run).values_list(
         "feedback_id", "position", "node_insight_id", "system_insight_id")}
 
