@@ -1,0 +1,1 @@
+"""Continuous insight refresh benchmark (see README.md)."""

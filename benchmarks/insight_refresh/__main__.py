@@ -1,0 +1,3 @@
+from benchmarks.insight_refresh.run import main
+
+main()
