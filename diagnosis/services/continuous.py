@@ -25,7 +25,6 @@ from django.utils import timezone
 
 from diagnosis import conf
 from diagnosis.models import ContinuousMark, DiagnosisRun, Feedback, RunTrace
-from diagnosis.services.insights_refresh import insights_refresh_due, insights_refresh_final
 from diagnosis.services.runs import (
     run_items_execute,
     node_stats_from_rows,
@@ -121,6 +120,8 @@ def continuous_tick(*, now: datetime | None = None) -> int:
     _close_past_days(now=now)
     # Insights follow what has been judged, debounced (services/insights_refresh.py); the judging of this beat's
     # traces finishes later, and a later beat's refresh picks it up.
+    from diagnosis.services.insights_refresh import insights_refresh_due  # not at import: naming imports services
+
     insights_refresh_due(now=now)
     return claimed_total
 
@@ -152,4 +153,6 @@ def _close_past_days(*, now: datetime) -> None:
         if not RunTrace.objects.filter(run_id=run_id, status__in=RunTrace.OPEN).exists():
             if DiagnosisRun.objects.filter(pk=run_id, status=DiagnosisRun.Status.RUNNING).update(
                     status=DiagnosisRun.Status.SUCCEEDED, finished_at=now):
+                from diagnosis.services.insights_refresh import insights_refresh_final
+
                 insights_refresh_final(run_id=run_id)
