@@ -36,6 +36,7 @@ MIN_OUTCOMES = 3  # failing and succeeding traces each, below which the judge do
 # Benjamini–Hochberg level. 0.1, the usual level of an exploratory screen: a fault that fails 4 of 44 traces and
 # no succeeding one cannot reach p < 0.02 (Fisher), so 0.05 across tens of hypotheses would miss it.
 FDR = 0.1
+SUGGESTIVE = 5  # hypotheses shown as suggestive when none passes the correction
 
 
 @dataclass
@@ -53,6 +54,7 @@ class Finding:
     q_value: float = 1.0
     traces: frozenset[str] = frozenset()  # every trace (failing or not) with the feature
     evidence: dict[str, list[Evidence]] = field(default_factory=dict)  # failing trace id -> spans carrying it
+    notes: dict[str, list[str]] = field(default_factory=dict)  # failing trace id -> what it is there (general phrases)
     equivalent: list[str] = field(default_factory=list)  # keys of features present in exactly the same traces
 
     @property
@@ -97,11 +99,14 @@ class ContrastiveReport:
     features: int = 0  # distinct features seen
     tested: int = 0  # hypotheses tested (distinct trace sets passing support and direction)
     findings: list[Finding] = field(default_factory=list)
+    # When no hypothesis passes the correction: the strongest few, by effect, with their p and q. Shown, never
+    # written as feedback (they are not findings).
+    suggestive: list[Finding] = field(default_factory=list)
 
     def as_dict(self) -> dict:
         return {"status": self.status, "reason": self.reason, "failing": self.failing, "succeeding": self.succeeding,
                 "features": self.features, "tested": self.tested, "findings": [f.as_dict() for f in self.findings],
-                "version": CONTRASTIVE_VERSION}
+                "suggestive": [f.as_dict() for f in self.suggestive], "version": CONTRASTIVE_VERSION}
 
 
 def _finite(value: float) -> float | None:
@@ -171,23 +176,34 @@ def contrastive_findings(traces: list[TraceView], *, min_support: int = MIN_SUPP
         tables.append((a, b, float(odds), float(p)))
     report.tested = len(candidates)
     q_values = benjamini_hochberg([p for *_, p in tables])
-    found: list[Finding] = []
-    for candidate, (a, b, odds, p), q in zip(candidates, tables, q_values):
-        if q > fdr:
-            continue
+    def finding(candidate: _Candidate, a: int, b: int, odds: float, p: float, q: float) -> Finding:
         key = _pick(candidate)
         hits = candidate.hits[key]
         first = next(iter(hits.values()))
-        found.append(Finding(
+        return Finding(
             key=key, kind=first.kind, node=first.node, phrase=first.phrase, failing_with=a, succeeding_with=b,
             failing_total=len(failing), succeeding_total=len(succeeding), odds_ratio=odds, p_value=p, q_value=q,
             traces=candidate.traces, evidence={t: hits[t].evidence for t in sorted(candidate.traces & failing)},
-            equivalent=sorted(k for k in candidate.hits if k != key),
-        ))
+            notes={t: hits[t].notes for t in sorted(candidate.traces & failing) if hits[t].notes},
+            equivalent=sorted(k for k in candidate.hits if k != key))
+
+    found = [finding(candidate, *table, q) for candidate, table, q in zip(candidates, tables, q_values) if q <= fdr]
     cutoff = max((f.p_value for f in found), default=0.0)  # the largest p-value the BH step-up accepted
     report.findings = _explain_away(found, failing=failing, succeeding=succeeding, min_support=min_support,
                                     cutoff=cutoff)
+    if not report.findings:
+        strongest = sorted(zip(candidates, tables, q_values),
+                           key=lambda row: (-_effect(row[1][0], row[1][1], len(failing), len(succeeding)),
+                                            row[1][3]))
+        report.suggestive = [finding(candidate, *table, q) for candidate, table, q in strongest[:SUGGESTIVE]]
     return report
+
+
+def _effect(a: int, b: int, failing: int, succeeding: int) -> float:
+    """Risk difference: how much more often traces with the feature fail than traces without it."""
+    with_ = a / max(1, a + b)
+    without = (failing - a) / max(1, failing - a + succeeding - b)
+    return with_ - without
 
 
 def _explain_away(findings: list[Finding], *, failing: frozenset[str], succeeding: frozenset[str],
@@ -230,7 +246,9 @@ def contrastive_results(report: ContrastiveReport) -> dict[str, list[JudgeResult
                     judge=CONTRASTIVE_JUDGE, target_span_id=target, status="ok", score=0.0, verdict="fail",
                     critique="Features more frequent in failing traces than in succeeding ones.",
                     prompt_version=CONTRASTIVE_VERSION, details={"findings": []})
-            result.issues.append(JudgeIssue(title=finding.title, detail=finding.detail, severity=severity,
+            notes = finding.notes.get(trace_id)
+            detail = finding.detail + (f"; in this trace: {', '.join(notes)}" if notes else "")
+            result.issues.append(JudgeIssue(title=finding.title, detail=detail, severity=severity,
                                             evidence=[Evidence(e.span_id, e.quote) for e in evidence]))
             result.details["findings"].append(finding.as_dict())
     return {trace_id: list(results.values()) for trace_id, results in by_trace.items()}

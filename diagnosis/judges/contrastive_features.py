@@ -17,14 +17,16 @@ from itertools import combinations, pairwise
 from statistics import median
 
 from diagnosis.judges.contract import Evidence, SpanView, TraceView
+from diagnosis.judges.contrastive_tasks import task_features, unpreceded_features
 from diagnosis.judges.rules.repetition import REPEATED_CALL_THRESHOLD
 from diagnosis.judges.text import dump, maybe_json, normalise, plain_text, value_text
-from diagnosis.services.evidence import span_text
 
 # Readability and specificity of a feature kind: when features hold in exactly the same traces, the first kind here
 # names the finding (a lost identifier says more than "the node ran").
-KIND_ORDER = ("lost", "repeat", "error_type", "route", "error", "arg", "before", "without", "items", "count",
-              "steps", "handoff", "calls", "node")
+# Within-task kinds come after what a node itself did: a run that routed wrongly also lacks the call the right
+# worker makes, and the routing is the cause.
+KIND_ORDER = ("lost", "repeat", "error_type", "route", "error", "arg", "task_arg", "task_missing", "task_extra",
+              "unpreceded", "before", "without", "items", "count", "steps", "handoff", "calls", "node")
 MAX_COUNT_THRESHOLD = 5  # "called at least k times" for k = 2..5: beyond that one more call says nothing new
 _SHORT_VALUE = re.compile(r"^[A-Za-z][\w .:/-]{0,39}$")  # a word-like value (routing targets, intents, error codes)
 _IDENTIFIER = re.compile(r"\b[A-Za-z][A-Za-z_]*[-_]?\d{2,}[A-Za-z0-9_-]*\b")  # O-5010, INV-9011, 1Z-…, KB-204
@@ -40,6 +42,7 @@ class Hit:
     phrase: str  # completes "fails X% vs Y% when …"
     evidence: list[Evidence] = field(default_factory=list)
     started: float = 0.0  # epoch seconds of its first span: which of equivalent features shows first
+    notes: list[str] = field(default_factory=list)  # what it is in this trace, when the phrase is general
 
     @property
     def rank(self) -> int:
@@ -56,16 +59,21 @@ class _Collector:
         """The first candidate found in the span's stored text (as the evidence check will look for it), else a bare
         citation of the span."""
         if span.span_id not in self._texts:
+            # Imported here: diagnosis.services imports the judges, so importing it at module load is circular.
+            from diagnosis.services.evidence import span_text
+
             self._texts[span.span_id] = span_text(span)
         for candidate in candidates:
             if candidate and normalise(candidate) in self._texts[span.span_id]:
                 return candidate[:200]
         return ""
 
-    def add(self, key: str, *, kind: str, node: str, phrase: str, span: SpanView, quote: str) -> None:
+    def add(self, key: str, *, kind: str, node: str, phrase: str, span: SpanView, quote: str, note: str = "") -> None:
         hit = self.hits.get(key)
         if hit is None:
             hit = self.hits[key] = Hit(kind=kind, node=node, phrase=phrase, started=span.start_time.timestamp())
+        if note and note not in hit.notes:
+            hit.notes.append(note)
         if len(hit.evidence) < 5 and all(e.span_id != span.span_id for e in hit.evidence):
             hit.evidence.append(Evidence(span.span_id, quote))
 
@@ -291,4 +299,12 @@ def run_features(traces: list[TraceView]) -> dict[str, dict[str, Hit]]:
                 span = next(s for s in sorted(trace.spans, key=lambda s: s.start_time) if s.node == node)
                 c.add(f"steps|{node}", kind="steps", node=node, span=span, quote="",
                       phrase=f"`{node}` takes more steps than usual (over {medians[node]:g} spans)")
+    task_features(traces, features, _collector_for)
+    unpreceded_features(traces, features, _collector_for)
     return features
+
+
+def _collector_for(trace: TraceView, hits: dict[str, Hit]) -> _Collector:
+    c = _Collector(trace)
+    c.hits = hits
+    return c
