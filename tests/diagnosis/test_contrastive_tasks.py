@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from diagnosis.judges.contrastive import contrastive_findings, contrastive_results
 from tests.diagnosis.support import span, view
 
@@ -102,3 +104,21 @@ def test_when_nothing_passes_the_correction_the_strongest_are_suggestive_with_p_
     assert "send_note" in first["statement"]
     effects = [f.rate_with - f.rate_without for f in report.suggestive]
     assert effects == sorted(effects, reverse=True)
+
+
+@pytest.mark.django_db
+def test_the_run_page_shows_suggestive_hypotheses_with_p_and_q(project, owner):
+    from diagnosis.models import DiagnosisRun
+    from tests.frontend.conftest import client_for
+
+    runs = [_run(f"f{i}", "", "failure", [("lookup_user", {})] + ([("send_note", {})] if i < 3 else []))
+            for i in range(10)]
+    runs += [_run(f"s{i}", "", "success", [("lookup_user", {})] + ([("send_note", {})] if i < 1 else []))
+             for i in range(10)]
+    report = contrastive_findings(runs).as_dict()
+    run = DiagnosisRun.objects.create(project=project, status=DiagnosisRun.Status.SUCCEEDED, judges=["contrastive"],
+                                      config={"contrastive": report})
+    page = client_for(owner).get(f"/p/{project.slug}/runs/{run.pk}/").content.decode()
+    assert 'data-testid="contrastive-suggestive"' in page and "No hypothesis passed the correction" in page
+    first = report["suggestive"][0]
+    assert first["statement"] in page
