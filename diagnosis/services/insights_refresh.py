@@ -13,8 +13,8 @@ CLEAR_CONTINUOUS_LOOKBACK_HOURS, the newest CLEAR_INSIGHT_WINDOW_TRACES of them.
   and the touched insights' figures for this run grow by what joined (recompute.py occurrence_extend): the cost
   follows the new statements and the run's distinct texts, not its traces. No model is called, nothing is created;
   only reopened insights' tickets are synced at once, the others' figures follow at the next re-clustering.
-- Full, a re-clustering (the first refresh of a run, then at most every CLEAR_INSIGHT_RECLUSTER_SECONDS while
-  statements judged since the last one wait): the window is clustered and written as a full run's build is
+- Full, a re-clustering (the first refresh of a run, then while statements judged since the last one wait: after
+  CLEAR_INSIGHT_RECLUSTER_SECONDS at most, at once when they are a tenth of what the last one clustered): the window is clustered and written as a full run's build is
   (services/insights.py `_build`, names asked of the model before the project's lock is taken, never inside the
   transaction), under `RefreshRules`, with sticky membership (insights/sticky.py): what the previous re-clustering
   placed stays, and a new insight needs a statement it did not see.
@@ -186,7 +186,7 @@ def insights_refresh(*, run_id) -> dict | None:
         streak = state.get("reopen_streak")  # one refresh counts once, whether incremental, full or both
         if full_at is not None:
             _incremental(run=run, state=state, window=window, upto=newest, now=now)
-        due = state.get("provisional") and now - (full_at or now) >= timedelta(seconds=recluster_seconds())
+        due = _recluster_due(state, now, full_at)
         if full_at is None or due:
             _full(run=run, state=state, window=window, upto=newest, now=now, streak=streak)
     except Exception as exc:
@@ -213,6 +213,21 @@ def insights_refresh(*, run_id) -> dict | None:
     return summary
 
 
+RECLUSTER_SHARE = 0.1  # statements since the last re-clustering, as a share of what it saw, that make one due now
+
+
+def _recluster_due(state: dict, now: datetime, full_at: datetime | None) -> bool:
+    """Statements wait for a re-clustering at most CLEAR_INSIGHT_RECLUSTER_SECONDS, and not at all once they are a
+    tenth of what the last one clustered: a young window (the day's first traces, a new project) is cheap to
+    re-cluster, and its new kinds of failure should not wait; a large one costs in proportion and waits."""
+    provisional = int(state.get("provisional") or 0)
+    if not provisional or full_at is None:
+        return False
+    if now - full_at >= timedelta(seconds=recluster_seconds()):
+        return True
+    return provisional >= RECLUSTER_SHARE * int(state.get("confirmed_statements") or 0)
+
+
 def _prior(run: DiagnosisRun, state: dict) -> dict:
     """Where the previous re-clustering put each statement of the run (insights/sticky.py); the statements joined
     by incremental refreshes since are not in it."""
@@ -231,6 +246,7 @@ def _full(*, run: DiagnosisRun, state: dict, window: set[int], upto: int, now: d
     confirmed = InsightStatement.objects.filter(run=run).aggregate(m=Max("pk"))["m"] or 0
     state.pop("tickets_of", None)
     state.update(kind="full", full_at=now.isoformat(), pending=0, provisional=0, confirmed_upto=confirmed,
+                 confirmed_statements=int(built.get("statements") or 0),
                  feedback_max=upto, reopen_streak=reopen.after,
                  built={k: v for k, v in built.items() if k != "refresh"},
                  created=state.get("created", 0) + built.get("new", 0), full_count=state.get("full_count", 0) + 1)

@@ -26,7 +26,10 @@ DESK = ["compare-two-invoices", "two-charges-this-month", "invoices-and-next-cha
 
 
 @pytest.fixture
-def continuous(settings, desk_rubrics):  # noqa: F811
+def continuous(settings, desk_rubrics, monkeypatch):  # noqa: F811
+    # These tests add a second batch of traces as large as the first, which a young window re-clusters at once
+    # (test_a_young_window_is_reclustered_at_once_and_a_large_one_waits): keep it for the time rule alone.
+    monkeypatch.setattr(refresh_module, "RECLUSTER_SHARE", float("inf"))
     settings.CLEAR_TRACE_QUIET_SECONDS = 30
     settings.CLEAR_JUDGE_MODEL = ""
     settings.CLEAR_CONTINUOUS_JUDGES = ["rules", "rubrics"]
@@ -220,3 +223,17 @@ def test_refresh_now_enqueues_the_refresh(project, owner, outsider, continuous, 
     # The continuous run is a rolling window with its last refresh, not a run "running" all day.
     runs = client.get(f"/p/{project.slug}/runs/").content.decode()
     assert 'data-testid="run-last-refresh"' in runs and ">running<" not in runs
+
+
+def test_a_young_window_is_reclustered_at_once_and_a_large_one_waits(settings):
+    from diagnosis.services.insights_refresh import _recluster_due
+
+    settings.CLEAR_INSIGHT_RECLUSTER_SECONDS = 300
+    now = timezone.now()
+    recent = now - timedelta(seconds=10)
+    # The day's first refresh saw one trace; four statements judged since are a new kind that should not wait.
+    assert _recluster_due({"provisional": 4, "confirmed_statements": 1}, now, recent)
+    # 151 new statements beside 72,000 placed ones join incrementally until the re-clustering's time comes.
+    assert not _recluster_due({"provisional": 151, "confirmed_statements": 72_000}, now, recent)
+    assert _recluster_due({"provisional": 151, "confirmed_statements": 72_000}, now, now - timedelta(seconds=301))
+    assert not _recluster_due({"provisional": 0, "confirmed_statements": 1}, now, now - timedelta(days=1))
