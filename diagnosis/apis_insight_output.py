@@ -18,11 +18,13 @@ ASSOCIATIONS = ["associated", "not_associated", "unknown"]
 class OutcomeSharesSerializer(serializers.Serializer):
     run_id = serializers.UUIDField(allow_null=True, help_text="the run the figures come from (the insight's last)")
     failing_traces = serializers.IntegerField(help_text="the run's judged traces whose recorded outcome is failure")
-    failing_with_pattern = serializers.IntegerField(help_text="of those, the ones with the pattern")
+    failing_with_pattern = serializers.IntegerField(help_text="of those, the ones with the pattern: the insight's "
+                                                              "traces that failed")
     failing_share = serializers.FloatField(allow_null=True, help_text="failing_with_pattern / failing_traces")
     succeeding_traces = serializers.IntegerField(help_text="the run's judged traces whose recorded outcome is "
                                                            "success")
-    succeeding_with_pattern = serializers.IntegerField(help_text="of those, the ones with the pattern")
+    succeeding_with_pattern = serializers.IntegerField(help_text="of those, the ones with the pattern: the "
+                                                                 "insight's traces that succeeded")
     succeeding_share = serializers.FloatField(allow_null=True, help_text="succeeding_with_pattern / "
                                                                          "succeeding_traces")
 
@@ -48,8 +50,9 @@ class InsightOutputSerializer(serializers.ModelSerializer):
     failure_association = serializers.ChoiceField(
         choices=ASSOCIATIONS, read_only=True,
         help_text="associated: traces with the pattern fail more often than traces without it (the lift interval "
-                  "lies above 1); not_associated: the interval includes 1 or lies below it; unknown: no judged "
-                  "trace has a recorded outcome, so there is no lift")
+                  "lies above 1); not_associated: the interval includes 1 or lies below it, or the pattern is "
+                  "by-design behaviour (by_design); unknown: fewer than 10 judged traces succeeded (none has a "
+                  "recorded outcome, or the runs all failed), so there is no lift")
     outcome_shares = serializers.SerializerMethodField(
         help_text="the pattern's share of the failing and of the succeeding traces, which the lift compares")
     ticket = serializers.SerializerMethodField(help_text="the ticket made from the insight, null when none")
@@ -59,8 +62,9 @@ class InsightOutputSerializer(serializers.ModelSerializer):
         fields = [
             "id", "level", "node", "is_other", "title", "description", "root_cause", "recommendation", "severity",
             "count", "trace_count", "frequency", "frequency_low", "frequency_high", "lift", "lift_low", "lift_high",
-            "failure_association", "outcome_shares", "affected_nodes", "first_seen", "last_seen", "first_run_id",
-            "last_run_id", "status", "review", "merged_into_id", "ticket", "trend", "created_at", "updated_at",
+            "failure_association", "by_design", "outcome_shares", "affected_nodes", "first_seen", "last_seen",
+            "first_run_id", "last_run_id", "status", "review", "merged_into_id", "ticket", "trend", "created_at",
+            "updated_at",
         ]
 
     @extend_schema_field(OutcomeSharesSerializer)

@@ -38,7 +38,7 @@ from diagnosis.services.insights_review import (
 
 class InsightListApi(ProjectApi):
     """The project's insights (recurring failure patterns), most recently seen first, each with its failure
-    association and its ticket; rejected and merged ones are left out."""
+    association and its ticket; rejected and merged ones, and by-design behaviour, are left out."""
 
     is_paginated = True
 
@@ -50,6 +50,10 @@ class InsightListApi(ProjectApi):
         review = serializers.ChoiceField(choices=Insight.Review.values, required=False)
         release = serializers.CharField(required=False, max_length=200, help_text="occurred in traces of it")
         run = serializers.UUIDField(required=False, help_text="occurred in this run")
+        include_by_design = serializers.BooleanField(
+            required=False, default=False,
+            help_text="also list by-design behaviour (by_design: an output its step shows on every call, in "
+                      "succeeding and failing runs alike), left out by default")
 
     @extend_schema(operation_id="insights_list", parameters=[FilterSerializer, *PAGINATION_PARAMETERS],
                    responses=paginated(InsightOutputSerializer, "PaginatedInsightList"))
@@ -76,7 +80,8 @@ class InsightDetailApi(ProjectApi):
 
 
 class InsightEvidenceListApi(ProjectApi):
-    """Verified citations of an insight: the span (and quote) each statement cites, newest run first."""
+    """Verified citations of an insight: the span (and quote) each statement cites, those from failing traces (agent
+    runs) first, then newest first; each says whether its trace failed."""
 
     is_paginated = True
 
@@ -87,7 +92,15 @@ class InsightEvidenceListApi(ProjectApi):
         span_id = serializers.CharField()
         statement_text = serializers.CharField()
         quote = serializers.CharField(help_text="empty for a bare citation of the span")
+        trace_outcome = serializers.CharField(source="trace.outcome", allow_null=True,
+                                              help_text="the cited trace's recorded outcome: failure, success or null")
+        trace_failed = serializers.SerializerMethodField(
+            help_text="whether the agent run (trace) the quote comes from failed; null when no outcome is recorded")
         created_at = serializers.DateTimeField()
+
+        def get_trace_failed(self, evidence) -> bool | None:
+            outcome = evidence.trace.outcome
+            return None if outcome not in ("failure", "success") else outcome == "failure"
 
     @extend_schema(operation_id="insights_evidence_list", parameters=PAGINATION_PARAMETERS,
                    responses=paginated(OutputSerializer, "PaginatedInsightEvidenceList"))
@@ -95,7 +108,7 @@ class InsightEvidenceListApi(ProjectApi):
         project = self.project(request)
         insight = insight_get(project=project, insight_id=insight_id)
         page = paginate(queryset=insight_evidence_list(project=project, insight=insight), request=request,
-                        ordering=("-pk",))
+                        ordering=("outcome_rank", "-pk"))
         return Response(page_body(page=page, results=self.OutputSerializer(page.rows, many=True).data))
 
 

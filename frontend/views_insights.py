@@ -28,6 +28,7 @@ from diagnosis.selectors import (
     insight_list_top,
     insight_trend,
 )
+from diagnosis.selectors.association import insight_outcome_shares_map
 from diagnosis.services.insights_refresh import insights_refresh_now, refresh_seconds
 from diagnosis.services.insights_review import insight_confirm, insight_reject, insight_status_set
 from diagnosis.tickets.export import CONTENT_TYPES, OUTPUTS, tickets_export
@@ -68,7 +69,8 @@ def top_insights(*, project: Project) -> list[Insight]:
 @login_required
 def insight_list_view(request: HttpRequest, slug: str) -> HttpResponse:
     project = project_for(request, slug)
-    every = insight_list(project=project)
+    every = insight_list(project=project, include_by_design=True)
+    by_design = request.GET.get("by_design") == "1"  # what a step does on every call: hidden unless asked for
     nodes = sorted(insight_count_by_node(project=project))
     releases = trace_release_list(project=project)
     filters = {
@@ -80,7 +82,7 @@ def insight_list_view(request: HttpRequest, slug: str) -> HttpResponse:
     }
     insights = insight_list_ranked(project=project, level=filters["level"] or None, node=filters["node"] or None,
                                    severity=filters["severity"] or None, status=filters["status"] or None,
-                                   release=filters["release"] or None)
+                                   release=filters["release"] or None, include_by_design=by_design)
     page = keyset_page(insights, field="rank", cursor=request.GET.get("cursor"), limit=PAGE_SIZE)
     top = max((i.frequency for i in page.items), default=0) or 1
     for insight in page.items:
@@ -89,6 +91,7 @@ def insight_list_view(request: HttpRequest, slug: str) -> HttpResponse:
     context = {
         "project": project, "nav": "insights", "insights": page.items, "page": page, "filters": filters,
         "filtered": any(filters.values()), "has_any": every.exists(), "nodes": nodes,
+        "by_design": by_design, "by_design_count": every.filter(by_design=True).count(),
         "releases": releases, "levels": Insight.Level.choices, "severities": Insight.Severity.choices,
         "statuses": Insight.Status.choices, "has_run": diagnosis_run_latest(project=project) is not None,
         "last_refreshed": insights_last_refreshed(project=project), "refresh_seconds": round(refresh_seconds()),
@@ -124,8 +127,12 @@ def insight_detail(request: HttpRequest, slug: str, insight_id: int) -> HttpResp
     node = request.GET.get("node", "").strip()[:300]
     if node:
         evidence = evidence.filter(statement__node=node)
+    shares = insight_outcome_shares_map(project=project, insights=[insight])[insight.pk] if insight.last_run_id \
+        else None
+    unknown = insight.trace_count - shares.failing_with_pattern - shares.succeeding_with_pattern if shares else 0
     context = {
         "project": project, "nav": "insights", "insight": insight, "trend": by_release,
+        "shares": shares, "outcome_unknown": max(unknown, 0),
         "links": list(insight_links(project=project, insight=insight)),
         "is_system": insight.level == Insight.Level.SYSTEM,
         "evidence": list(evidence[:EVIDENCE_LIMIT]), "evidence_total": evidence.count(),

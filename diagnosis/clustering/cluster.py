@@ -14,6 +14,11 @@ Pipeline of `cluster_statements` (defaults and reasons in METHOD.md):
    statements, or fewer than `min_traces` distinct traces, are dissolved. Whatever leaves goes to "other":
    statements are never dropped.
 Memory is O(n d) for the vectors plus O(m^2) for m <= 2 * max(direct_max, micro_max) units.
+
+Statements with a `pattern` (a rule judge's finding, its title generalised: "book_reservation returned an error:
+payment amount does not add up, total price is N, but paid N") are not clustered by resemblance: each pattern is one
+cluster (under the same size and trace minimums), and no other statement joins it. The embedding masks identifiers
+(statements.canonical_text), so by resemblance two tools' errors, or two errors of one tool, would be one cluster.
 """
 
 from __future__ import annotations
@@ -252,6 +257,8 @@ def cluster_statements(
     prefix = id_prefix if id_prefix is not None else (f"node:{node}:" if level == NODE_LEVEL else "system:")
     if n == 0:
         return ClusteringResult([], [], {}, 0, 0, 0, p)
+    if any(s.pattern for s in statements):
+        return _cluster_with_patterns(statements, vectors, p, level=level, node=node, prefix=prefix)
     dd = deduplicate([s.text for s in statements], vectors, near_threshold=p.near_duplicate_threshold,
                      random_state=p.random_state)
     labels, n_units = _group_labels(dd, p)
@@ -309,3 +316,67 @@ def _split_by_label(labels: np.ndarray, k: int) -> list[np.ndarray]:
     order = idx[np.argsort(labels[idx], kind="stable")]
     bounds = np.searchsorted(labels[order], np.arange(k + 1))
     return [order[bounds[c]:bounds[c + 1]] for c in range(k)]
+
+
+def _cluster_from_rows(rows: np.ndarray, statements: Sequence[Statement], vectors: np.ndarray, *, level: str,
+                       node: str, n_examples: int) -> Cluster:
+    """A cluster over these rows: centroid the mean vector, medoid and examples the distinct texts nearest it."""
+    from .statements import normalize_text
+
+    rows = np.sort(rows)
+    mean = vectors[rows].astype(np.float64).mean(axis=0)
+    centroid = (mean / (np.linalg.norm(mean) or 1.0)).astype(np.float32)
+    sims = vectors[rows] @ centroid
+    examples: list[str] = []
+    seen: set[str] = set()
+    for j in np.lexsort((rows, -sims)):
+        text = normalize_text(statements[rows[j]].text)
+        if text not in seen:
+            seen.add(text)
+            examples.append(statements[rows[j]].id)
+    return Cluster(
+        id="", level=level, node=node, member_ids=[statements[r].id for r in rows], centroid=centroid,
+        medoid_id=examples[0], size=len(rows), distinct_count=len(seen), cohesion=float(sims.mean()),
+        example_ids=examples[:n_examples], trace_ids=sorted({statements[r].trace_id for r in rows}),
+        nodes=dict(Counter(statements[r].node for r in rows).most_common()),
+        severities=dict(Counter(statements[r].severity for r in rows).most_common()),
+    )
+
+
+def _cluster_with_patterns(statements: Sequence[Statement], vectors: np.ndarray, p: ClusterParams, *, level: str,
+                           node: str, prefix: str) -> ClusteringResult:
+    """One cluster per pattern (module docstring), the statements without one clustered as usual; ids by size."""
+    plain = [i for i, s in enumerate(statements) if not s.pattern]
+    by_pattern: dict[str, list[int]] = {}
+    for i, s in enumerate(statements):
+        if s.pattern:
+            by_pattern.setdefault(s.pattern, []).append(i)
+    drafts: list[Cluster] = []
+    other: list[str] = []
+    n_groups = n_units = 0
+    if plain:
+        result = cluster_statements([statements[i] for i in plain], vectors[plain], params=p, level=level,
+                                    node=node, id_prefix="")
+        drafts += result.clusters
+        other += result.other
+        n_groups, n_units = result.n_groups, result.n_units
+    for rows in by_pattern.values():
+        n_groups += 1
+        n_units += 1
+        if len(rows) < p.min_cluster_size or len({statements[r].trace_id for r in rows}) < p.min_traces:
+            other += [statements[r].id for r in rows]
+            continue
+        drafts.append(_cluster_from_rows(np.asarray(rows), statements, vectors, level=level, node=node,
+                                         n_examples=p.n_examples))
+    row_of = {s.id: i for i, s in enumerate(statements)}
+    # largest first; ties broken by first statement row, so ids are stable for a given input
+    drafts.sort(key=lambda c: (-c.size, min(row_of[m] for m in c.member_ids)))
+    assignment: dict[str, str | None] = {s.id: None for s in statements}
+    for i, cluster in enumerate(drafts):
+        cluster.id = f"{prefix}{i}"
+        cluster.member_ids.sort(key=row_of.__getitem__)
+        assignment.update(dict.fromkeys(cluster.member_ids, cluster.id))
+    return ClusteringResult(
+        clusters=drafts, other=sorted(other, key=row_of.__getitem__), assignment=assignment,
+        n_statements=len(statements), n_groups=n_groups, n_units=n_units, params=p,
+    )

@@ -11,6 +11,10 @@ one problem:
 * at several nodes, one system cluster holding them all (the node clusters stay, linked to it), taken out of
   any system cluster their statements were in.
 
+Patterns of rule findings (`Statement.pattern`) keep their causes apart here too: a set never holds two tools'
+patterns, nor two patterns one judge found on one tool (a tool's "flight not available" and its "not enough seats"
+are two faults, however often one run shows both). A tool's repeated calls and that tool's error are one problem.
+
 The problem is named after its first symptom: the pattern whose statements cite the earliest spans of the traces
 (the router before the worker it misroutes to, the worker's repeated calls before each call's error), which is
 where the cause is. Distinct faults on disjoint sets of tasks never meet here; two faults that always strike the
@@ -60,14 +64,41 @@ def cluster_from_rows(cluster_id: str, rows: list[int], statements: Sequence[Sta
     )
 
 
-def _components(clusters: list[Cluster], min_traces: int) -> list[list[int]]:
+def _patterns(cluster: Cluster, statements: Sequence[Statement], row_of: dict[str, int]) -> dict[tuple, set[str]]:
+    """(tool, judge) -> the patterns of the cluster's rule findings about a tool."""
+    found: dict[tuple, set[str]] = {}
+    for sid in cluster.member_ids:
+        s = statements[row_of[sid]]
+        if s.pattern and s.tool:
+            found.setdefault((s.tool, s.source), set()).add(s.pattern)
+    return found
+
+
+def _joined(a: dict[tuple, set[str]], b: dict[tuple, set[str]]) -> dict[tuple, set[str]] | None:
+    """The patterns of two sets as one problem, or None when they may not be one: one tool at most, and one
+    pattern per judge on it."""
+    merged: dict[tuple, set[str]] = {k: set(v) for k, v in a.items()}
+    for key, patterns in b.items():
+        merged.setdefault(key, set()).update(patterns)
+    if len({tool for tool, _ in merged}) > 1 or any(len(v) > 1 for v in merged.values()):
+        return None
+    return merged
+
+
+def _components(clusters: list[Cluster], min_traces: int, statements: Sequence[Statement],
+                row_of: dict[str, int]) -> list[list[int]]:
     sets = DisjointSets(len(clusters))
     traces = [set(c.trace_ids) for c in clusters]
+    patterns = [_patterns(c, statements, row_of) for c in clusters]
     for i in range(len(clusters)):
         for j in range(i + 1, len(clusters)):
             common = len(traces[i] & traces[j])
             if common >= min_traces and common / len(traces[i] | traces[j]) >= COOCCURRENCE_MIN_JACCARD:
-                sets.union(i, j)
+                a, b = sets.find(i), sets.find(j)
+                merged = _joined(patterns[a], patterns[b]) if a != b else None
+                if merged is not None:
+                    sets.union(a, b)
+                    patterns[sets.find(a)] = merged
     return [g for g in sets.groups() if len(g) > 1]
 
 
@@ -106,7 +137,7 @@ def merge_cooccurring(statements: Sequence[Statement], vectors: np.ndarray, *,
     # One node: co-occurring clusters merge into one.
     merged_nodes: dict[str, ClusteringResult] = {}
     for node, result in node_results.items():
-        groups = _components(list(result.clusters), p.min_traces)
+        groups = _components(list(result.clusters), p.min_traces, statements, row_of)
         grouped = {i for group in groups for i in group}
         clusters = [c for i, c in enumerate(result.clusters) if i not in grouped]
         for group in groups:
@@ -128,7 +159,7 @@ def merge_cooccurring(statements: Sequence[Statement], vectors: np.ndarray, *,
     every = [c for result in merged_nodes.values() for c in result.clusters]
     problems: list[tuple[list[int], list[int] | None]] = []
     taken: set[int] = set()
-    for group in _components(every, p.min_traces):
+    for group in _components(every, p.min_traces, statements, row_of):
         members = [every[i] for i in group]
         root = _first_symptom(members, statements, row_of, started)
         rows = [r for c in members for r in rows_of(c)]

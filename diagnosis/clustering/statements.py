@@ -33,6 +33,8 @@ class Statement:
     span_id: str | None = None
     severity: str = "medium"
     source: str = ""  # judge name, e.g. "llm.step"
+    tool: str = ""  # the tool the statement is about, when known
+    pattern: str = ""  # a deterministic finding's pattern: statements with one are grouped by it alone (cluster.py)
 
 
 # Abbreviations whose period must not end a sentence; they are masked before splitting.

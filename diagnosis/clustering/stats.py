@@ -8,7 +8,9 @@ three statements in a cluster counts once.
   ratio), over the traces whose outcome is known only (TraceInfo.failed is None when it is not): a failing verdict
   is not an outcome, or every issue would look associated with failure. Interval: Katz's log method,
   exp(ln RR +- z sqrt(1/a - 1/n1 + 1/c - 1/n2)); when a cell is 0, 0.5 is added to a, c and the non-failures
-  (Haldane-Anscombe) so the interval stays finite. lift is None when one side has no traces with an outcome.
+  (Haldane-Anscombe) so the interval stays finite. lift is None when one side has no traces with an outcome, and
+  when fewer than MIN_SUCCEEDING judged traces succeeded: a set of failed runs only would give every issue lift 1
+  ("not associated") although, with no successes to compare, the association is unknown, not absent.
 * risk difference = the same two failure rates subtracted, with Newcombe's hybrid score interval (method 10
   of Newcombe 1998, built from the two Wilson intervals): defined even when a rate is 0 or 1, which the ratio
   is not.
@@ -25,10 +27,11 @@ from statistics import NormalDist
 
 __all__ = [
     "TraceInfo", "IssueStats", "ReleaseCount", "issue_stats", "wilson_interval", "risk_ratio",
-    "newcombe_difference", "trend_by_release",
+    "newcombe_difference", "trend_by_release", "MIN_SUCCEEDING",
 ]
 
 Interval = tuple[float, float]
+MIN_SUCCEEDING = 10  # judged traces with a recorded success below which an issue's lift is unknown
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,9 +142,11 @@ def issue_stats(
     *,
     confidence: float = 0.95,
     release_order: Sequence[str] | None = None,
+    min_succeeding: int = MIN_SUCCEEDING,
 ) -> IssueStats:
     """Frequency, lift and trend of one issue. issue_trace_ids: traces in which the issue was found (others
-    than the judged `traces` are ignored); traces: every judged trace id -> TraceInfo."""
+    than the judged `traces` are ignored); traces: every judged trace id -> TraceInfo. No lift when fewer than
+    `min_succeeding` judged traces succeeded."""
     hit = {t for t in issue_trace_ids if t in traces}
     judged = len(traces)
     known = {t for t, info in traces.items() if info.failed is not None}
@@ -150,6 +155,8 @@ def issue_stats(
     n2 = len(known) - n1
     c = sum(1 for t in known - hit if traces[t].failed)
     lift, lift_ci = risk_ratio(a, n1, c, n2, confidence)
+    if len(known) - a - c < min_succeeding:
+        lift, lift_ci = None, None
     diff, diff_ci = newcombe_difference(a, n1, c, n2, confidence)
     return IssueStats(
         count=len(hit), judged=judged, frequency=(len(hit) / judged) if judged else 0.0,

@@ -5,6 +5,11 @@ as an analysis nobody made. What the traces do show: where the pattern first app
 statements cite in each trace), its share of the failing and of the succeeding traces, and what the agent did
 next (the first step that started after that span ended, outside it). The root cause states the first two, the
 recommendation where to start and what followed; a sentence whose facts are missing is left out.
+
+By-design behaviour (`insight_by_design`): an output property (an empty or a cut-off output) that a step shows on
+every call in the judged traces, in succeeding and failing runs alike, is what the step does (a "think" scratchpad
+returns nothing), not a fault. A lift above 1 then says only that failing runs take that step more often. Errors are
+never by design: a tool that errors on every call is broken.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from diagnosis.insights.statements import Draft
 from traces.models import Span
 
 MAX_TRACES = 50  # traces whose spans are read for the first appearance and the next step
+OUTPUT_PROPERTY_JUDGES = frozenset({"rule.empty_output", "rule.truncated_output"})
+_TRACE_CHUNK = 500  # judged traces per query when looking for a call of a step without the property
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,3 +131,29 @@ def insight_offline_text(*, rows: list[int], drafts: list[Draft], traces: Mappin
         recommendation += (f" Next, the agent ran {following.label()}" + (", which failed," if following.failed else "")
                            + f" in {m} of {looked} traces.")
     return OfflineText(root_cause=f"{first} {share}", recommendation=recommendation)
+
+
+def insight_by_design(*, rows: list[int], drafts: list[Draft], traces: Mapping[str, TraceInfo]) -> bool:
+    """Whether statements `rows` are by-design behaviour: all of them an output property's (OUTPUT_PROPERTY_JUDGES)
+    on a span, their traces holding succeeding and failing runs (recorded outcomes), and every call of each step they
+    cite (same node, kind and tool, else span name) in the judged `traces` cited by one of them."""
+    if not rows or any(drafts[r].judge not in OUTPUT_PROPERTY_JUDGES or not drafts[r].span_id for r in rows):
+        return False
+    outcomes = {traces[str(drafts[r].trace_pk)].failed for r in rows if str(drafts[r].trace_pk) in traces}
+    if not {True, False} <= outcomes:
+        return False
+    cited = {(drafts[r].trace_pk, drafts[r].span_id) for r in rows}
+    pks = sorted({pk for pk, _ in cited})
+    steps = set()
+    for start in range(0, len(pks), _TRACE_CHUNK):
+        chunk = set(pks[start:start + _TRACE_CHUNK])
+        steps |= set(Span.objects.filter(trace_id__in=chunk, span_id__in={s for pk, s in cited if pk in chunk})
+                     .values_list("node", "kind", "tool_name", "name"))
+    judged = sorted(int(pk) for pk in traces)
+    for node, kind, tool, name in {(n, k, t, "" if t else name) for n, k, t, name in steps}:
+        calls = Span.objects.filter(node=node, kind=kind, tool_name=tool, **({"name": name} if name else {}))
+        for start in range(0, len(judged), _TRACE_CHUNK):
+            chunk = calls.filter(trace_id__in=judged[start:start + _TRACE_CHUNK]).values_list("trace_id", "span_id")
+            if any(call not in cited for call in chunk.iterator()):
+                return False
+    return True

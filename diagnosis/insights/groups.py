@@ -3,6 +3,7 @@ after identity matching has pooled, split or merged the run's raw clusters."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections import Counter
 from dataclasses import replace
@@ -15,6 +16,7 @@ from diagnosis.insights.statements import SEVERITY_RANK, Draft
 
 N_EXAMPLES = 5
 TITLE_MAX_CHARS = 80
+PATTERN_TITLE_MAX_CHARS = 140  # a rule finding's title: the tool or span, and its error's message without values
 _RUBRIC_NAME_MAX = 60  # characters of the name of the rubric an insight's title says it violates
 _VIOLATES = re.compile(r" \(violates \u201c([^\u201d]*)\u201d\)$")
 
@@ -87,10 +89,53 @@ def groups_name(*, groups: list[Group], drafts: list[Draft], vectors: np.ndarray
         names = name_clusters([c for _, c in items], texts, llm=llm)
         for index, cluster in items:
             name = names[cluster.id]
-            if name.source == "offline" and cluster.medoid_id in titles:
+            shared = group_pattern(groups[index].rows, drafts)
+            if shared and name.source == "offline":
+                # Every statement is one rule finding (a tool's error with its values taken out): the title is that
+                # finding, so it says what all its members share, and is not cut before the error's message.
+                name = replace(name, title=pattern_title(shared))
+            elif name.source == "offline" and cluster.medoid_id in titles:
                 name = replace(name, title=clip(title_generalize(titles[cluster.medoid_id])))
             out[index] = (cluster, name)
     return out
+
+
+def group_pattern(rows: list[int], drafts: list[Draft]) -> str:
+    """The one pattern every statement of the group shares as a rule finding, else ""."""
+    patterns = {drafts[r].pattern for r in rows}
+    if len(patterns) != 1 or "" in patterns:
+        return ""
+    return patterns.pop()
+
+
+def groups_fingerprints(*, groups: list[Group], names: dict[int, tuple], drafts: list[Draft]) -> dict[int, str]:
+    """group index -> its fingerprint: the pattern's when all its statements share one, else the distinctive terms'."""
+    from diagnosis.clustering import fingerprint
+
+    out = {}
+    for i, (_, name) in names.items():
+        group = groups[i]
+        shared = group_pattern(group.rows, drafts)
+        out[i] = pattern_fingerprint(pattern=shared, node=group.node, level=group.level) if shared \
+            else fingerprint(name.terms, group.node, group.level)
+    return out
+
+
+def pattern_fingerprint(*, pattern: str, node: str, level: str) -> str:
+    """The fingerprint of an insight whose statements all share this pattern: the pattern says which insight it is
+    from run to run (identity.py step 5), whoever named it."""
+    # "p" and 39 hex digits: a terms fingerprint (sha1 hex) never starts with "p", so a pattern's insight is known
+    # for one (incremental.py keeps other statements out of it).
+    return "p" + hashlib.sha1(f"{level}|{node}|pattern|{pattern}".encode()).hexdigest()[:39]
+
+
+def is_pattern_fingerprint(value: str) -> bool:
+    return value.startswith("p")
+
+
+def pattern_title(pattern: str) -> str:
+    """The title of an insight whose statements all share this pattern ("judge|generalised title")."""
+    return clip(pattern.split("|", 1)[-1], PATTERN_TITLE_MAX_CHARS)
 
 
 def clip(text: str, limit: int = TITLE_MAX_CHARS) -> str:

@@ -13,6 +13,10 @@
    split made by a person survives later runs.
 4. Clusters resolving to one insight are pooled. Statements in no cluster go to the "other" bucket of their level
    and node.
+5. A cluster whose statements share one pattern (a rule finding: statements.py) is the insight whose fingerprint
+   is that pattern's at its level and node (groups.pattern_fingerprint), or a new one; it takes no part in the
+   centroid matching, and no other cluster takes such an insight. The embedding masks identifiers, so the centroids
+   of two tools' errors are nearly equal and would swap their insights from run to run.
 """
 
 from __future__ import annotations
@@ -93,17 +97,30 @@ def _unit_rows(x: np.ndarray) -> np.ndarray:
 
 def groups_assign(*, clusters: list, fingerprints: dict[str, str], rows_of: dict[str, list[int]],
                   vectors: np.ndarray, known: list[Known], other_rows: dict[tuple[str, str], list[int]],
-                  threshold: float | None = None) -> list[Group]:
+                  threshold: float | None = None, patterns: dict[str, str] | None = None) -> list[Group]:
     """clusters: the run's library Clusters (both levels); rows_of: cluster id -> statement rows; other_rows:
-    (level, node) -> rows of the statements in no cluster. Returns the groups, other buckets last."""
+    (level, node) -> rows of the statements in no cluster; patterns: cluster id -> the fingerprint of the pattern
+    all its statements share (step 5). Returns the groups, other buckets last."""
     from diagnosis.clustering import ClusterRef, InsightRef, match_clusters_to_insights
 
     threshold = identity_threshold() if threshold is None else threshold
+    patterns = patterns or {}
     by_id = {k.id: k for k in known}
     live = {k.id for k in known if k.merged_into is None or k.merged_into not in by_id}
-    refs = [InsightRef(str(k.id), k.centroid, k.node, k.level, k.fingerprint) for k in known]
-    news = [ClusterRef(c.id, c.centroid, c.node, c.level, fingerprints.get(c.id, "")) for c in clusters]
+    # a live insight wins over one merged away (which resolves to its target anyway)
+    by_fingerprint = {(k.level, k.node, k.fingerprint): k.id
+                for k in sorted(known, key=lambda k: (k.merged_into is None, k.id)) if k.fingerprint}
+    claimed = {by_fingerprint[(c.level, c.node, patterns[c.id])] for c in clusters
+               if c.id in patterns and (c.level, c.node, patterns[c.id]) in by_fingerprint}
+    refs = [InsightRef(str(k.id), k.centroid, k.node, k.level, k.fingerprint) for k in known if k.id not in claimed]
+    news = [ClusterRef(c.id, c.centroid, c.node, c.level, fingerprints.get(c.id, "")) for c in clusters
+            if c.id not in patterns]
     matches = match_clusters_to_insights(news, refs, threshold=threshold)
+    for c in clusters:
+        if c.id in patterns:
+            found = by_fingerprint.get((c.level, c.node, patterns[c.id]))
+            matches[c.id] = _PatternMatch(str(found) if found is not None else None,
+                                          "pattern" if found is not None else "new", 1.0 if found is not None else 0.0)
     merge_targets = {_final(k.id, by_id) for k in known if k.merged_into is not None}
     families = _families(by_id, live)
     pooled: dict[int, Group] = {}
@@ -112,14 +129,14 @@ def groups_assign(*, clusters: list, fingerprints: dict[str, str], rows_of: dict
         match = matches[cluster.id]
         target: int | None = _final(int(match.insight_id), by_id) if match.insight_id is not None else None
         via, similarity = match.via, match.similarity
-        if target is None and merge_targets:
+        if target is None and merge_targets and cluster.id not in patterns:
             target, similarity = _merge_fallback(cluster, known, by_id, merge_targets, threshold)
             via = "merge" if target is not None else via
         rows = rows_of[cluster.id]
         if target is None:
             groups.append(Group(cluster.level, cluster.node, list(rows), None, False, "new", 0.0, [cluster.id]))
             continue
-        family = families.get(target, [target])
+        family = families.get(target, [target]) if cluster.id not in patterns else [target]
         if len(family) > 1:
             centroids = _unit_rows(np.stack([by_id[i].centroid for i in family]))
             nearest = np.argmax(vectors[rows] @ centroids.T, axis=1)
@@ -142,6 +159,13 @@ def groups_assign(*, clusters: list, fingerprints: dict[str, str], rows_of: dict
     for group in groups:
         group.rows = sorted(set(group.rows))
     return groups
+
+
+@dataclass(slots=True)
+class _PatternMatch:
+    insight_id: str | None
+    via: str
+    similarity: float
 
 
 def _merge_fallback(cluster, known: list[Known], by_id: dict[int, Known], merge_targets: set[int],

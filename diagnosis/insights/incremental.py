@@ -9,6 +9,12 @@ placed before where they were (sticky.py), so that cluster is still their insigh
 insight's centroid instead (the identity rule for whole clusters) agreed with the re-clustering for 31% of new
 statements on 50,000 traces: one statement is much farther from a broad pattern's centroid than from its neighbours.
 
+A statement with a pattern (a rule finding: statements.py) joins the insight at its place whose fingerprint is that
+pattern's (groups.pattern_fingerprint): resemblance cannot tell two tools' errors apart (the embedding masks
+identifiers), and the re-clustering groups such statements by pattern alone. Failing that, it joins by resemblance
+like any statement, but only an insight that is not one pattern's (a tool's co-occurring findings made one problem);
+no statement joins another pattern's insight by resemblance.
+
 The neighbours are read once per refresh: the run's placed statements grouped by vector key (judges repeat
 themselves, so there are far fewer keys than statements), their vectors from the embedding cache. The cost follows
 the distinct texts and the new statements, not the number of traces.
@@ -17,14 +23,15 @@ the distinct texts and the new statements, not the number of traces.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from django.conf import settings
 from django.db.models import Count
 
+from diagnosis.insights.groups import is_pattern_fingerprint, pattern_fingerprint
 from diagnosis.insights.statements import Draft
-from diagnosis.models import DiagnosisRun, InsightStatement
+from diagnosis.models import DiagnosisRun, Insight, InsightStatement
 
 JOIN_SIMILARITY_DEFAULT = 0.6
 
@@ -47,6 +54,8 @@ class Assigned:
 class _Scope:
     vectors: np.ndarray  # unit rows, one per distinct vector key placed in this scope
     insights: list[int]
+    fingerprints: dict[int, str] = field(default_factory=dict)  # insight -> its fingerprint (statements with a pattern)
+    keyed: np.ndarray | None = None  # per row: its insight is one pattern's, which only that pattern joins
 
 
 @dataclass(slots=True)
@@ -77,11 +86,14 @@ def placed_neighbours(*, run: DiagnosisRun, live: dict[int, int], cache) -> Neig
         if key in vectors:
             grouped[(level, node)][0].append(vectors[key])
             grouped[(level, node)][1].append(counter.most_common(1)[0][0])
+    fingerprints = dict(Insight.objects.filter(pk__in={i for _, insights in grouped.values() for i in insights})
+                        .values_list("pk", "fingerprint"))
     scopes = {}
     for scope, (vecs, insights) in grouped.items():
         matrix = np.stack(vecs).astype(np.float32)
         matrix /= np.maximum(np.linalg.norm(matrix, axis=1, keepdims=True), 1e-12)
-        scopes[scope] = _Scope(matrix, insights)
+        keyed = np.asarray([is_pattern_fingerprint(fingerprints.get(i) or "") for i in insights], dtype=bool)
+        scopes[scope] = _Scope(matrix, insights, {i: fingerprints.get(i, "") for i in insights}, keyed)
     return Neighbours(scopes, {i: c.most_common(1)[0][0] for i, c in systems.items()})
 
 
@@ -94,12 +106,17 @@ def statements_assign(*, drafts: list[Draft], vectors: np.ndarray, neighbours: N
     memo: dict[tuple[str, str, bytes], int | None] = {}
     for row, draft in enumerate(drafts):
         scope_key = ("node", draft.node) if draft.node else ("system", "")
-        memo_key = (*scope_key, vectors[row].tobytes())  # repeated texts share one vector and one answer
+        # repeated texts share one vector and one answer; a pattern decides alone
+        memo_key = (*scope_key, draft.pattern.encode() if draft.pattern else vectors[row].tobytes())
         if memo_key not in memo:
             memo[memo_key] = None
             scope = neighbours.scopes.get(scope_key)
-            if scope is not None:
-                sims = scope.vectors @ vectors[row]
+            if scope is not None and draft.pattern:
+                wanted = pattern_fingerprint(pattern=draft.pattern, node=draft.node,
+                                             level="node" if draft.node else "system")
+                memo[memo_key] = next((i for i in scope.insights if scope.fingerprints.get(i) == wanted), None)
+            if scope is not None and memo[memo_key] is None:
+                sims = np.where(scope.keyed, -np.inf, scope.vectors @ vectors[row])
                 best = int(np.argmax(sims))
                 memo[memo_key] = scope.insights[best] if float(sims[best]) >= threshold else None
         found = memo[memo_key]

@@ -14,7 +14,7 @@ from diagnosis.insights.embedding import centroid_bytes
 from diagnosis.insights.groups import group_severity
 from diagnosis.insights.headline import HeadlineRanker, headline_ranker
 from diagnosis.insights.identity import Group
-from diagnosis.insights.facts import insight_offline_text
+from diagnosis.insights.facts import insight_by_design, insight_offline_text
 from diagnosis.insights.statements import Draft
 from diagnosis.insights.verify import evidence_verified
 from diagnosis.models import (
@@ -126,6 +126,8 @@ def insights_write(*, data: RunData, groups: list[Group], names: dict[int, tuple
             insight.lift = stats.lift
             insight.lift_low, insight.lift_high = stats.lift_ci if stats.lift_ci else (None, None)
             insight.affected_nodes = dict(Counter(drafts[r].node for r in rows if drafts[r].node).most_common())
+            insight.by_design = not group.is_other and insight_by_design(rows=rows, drafts=drafts,
+                                                                         traces=data.traces)
             insight.last_run = run
         insight.last_seen = max(filter(None, [insight.last_seen, seen_at]))
         insight.first_seen = min(filter(None, [insight.first_seen, seen_at]))
@@ -181,6 +183,12 @@ def _statements_write(*, data: RunData, groups: list[Group], insight_of: list[In
     return InsightStatement.objects.bulk_create(rows, batch_size=2000)
 
 
+def _outcome_rank(info) -> int:
+    """0 for a trace whose recorded outcome is failure, 1 unknown, 2 success."""
+    failed = info.failed if info is not None else None
+    return 0 if failed is True else 2 if failed is False else 1
+
+
 def _evidence_write(*, data: RunData, groups: list[Group], insight_of: list[Insight], names: dict[int, tuple],
                     statements: list[InsightStatement]) -> int:
     chosen: list[tuple[Insight, int]] = []
@@ -190,8 +198,10 @@ def _evidence_write(*, data: RunData, groups: list[Group], insight_of: list[Insi
         ordered = [by_key[k] for k in (cluster.example_ids if cluster else []) if k in by_key]
         head = set(ordered)
         ordered += [r for r in group.rows if r not in head]
+        # Failing runs first: a quote from a run that succeeded shows the pattern, not what made a run fail.
+        ordered.sort(key=lambda r: _outcome_rank(data.traces.get(str(data.drafts[r].trace_pk))))
         picked, traces = [], set()
-        for r in ordered:  # one statement per trace first, examples first
+        for r in ordered:  # one statement per trace first, failing runs first, then examples first
             if data.drafts[r].trace_pk not in traces and data.drafts[r].evidence:
                 picked.append(r)
                 traces.add(data.drafts[r].trace_pk)

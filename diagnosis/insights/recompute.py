@@ -67,7 +67,7 @@ def occurrence_extend(*, insight: Insight, run: DiagnosisRun, added: list[tuple[
     """A refresh joined statements to the insight in this run (added: (trace id, release) per statement): its
     occurrence grows without reading the statements it held. Same figures as occurrence_recompute over the same
     judged traces (no statement was taken out: only a re-clustering moves statements)."""
-    from diagnosis.clustering.stats import risk_ratio
+    from diagnosis.clustering.stats import MIN_SUCCEEDING, risk_ratio
 
     occurrence = InsightOccurrence.objects.filter(insight=insight, run=run).first()
     if occurrence is None:
@@ -82,6 +82,8 @@ def occurrence_extend(*, insight: Insight, run: DiagnosisRun, added: list[tuple[
     n1 = sum(1 for info in hit if info.failed is not None)
     a = sum(1 for info in hit if info.failed)
     lift, lift_ci = risk_ratio(a, n1, totals.failed - a, totals.known - n1, 0.95)
+    if totals.known - totals.failed < MIN_SUCCEEDING:  # as issue_stats: too few successes to compare with
+        lift, lift_ci = None, None
     occurrence.count += len(added)
     occurrence.trace_count, occurrence.judged = len(hit), totals.judged
     occurrence.frequency = len(hit) / totals.judged if totals.judged else 0.0

@@ -9,6 +9,11 @@ Feedback row, in order:
   restate their issues, so they are used only when such a judgement has no issue.
 A statement's node is the node of the span the feedback targets ("" for whole-trace feedback unless its rubric is
 scoped to a node): node "" statements take part at system level only. Repeats within one feedback are kept once.
+A rule judge's issue about a span also gets a pattern, its title with instance values generalised (rule titles name
+the tool or span and what went wrong, an error's message with its values taken out: judges/rules/errors.py), and
+the tool it is about (the judged span's tool, else the one tool its evidence cites): the clustering groups such
+statements by pattern alone, never by resemblance, so different tools or errors are never one insight
+(diagnosis/clustering/cluster.py).
 Feedback marked wrong (FeedbackCorrection), and later feedback of the same judge on the same trace and target, gives
 no statements.
 """
@@ -45,6 +50,8 @@ class Draft:
     evidence: list[dict] = field(default_factory=list)
     title: str = ""  # the issue's own title (issue statements): a better offline insight title than the medoid
     started: float | None = None  # epoch seconds of the judged span's start: which symptom of a problem came first
+    tool: str = ""  # the tool the statement is about, when a rule judged a tool call
+    pattern: str = ""  # a rule finding's generalised title: statements are grouped by it (module docstring)
 
     @property
     def key(self) -> str:
@@ -73,20 +80,37 @@ def corrected_keys(*, project_id: int) -> set[tuple[int, str, str]]:
                                                               "feedback__target_span_id")}
 
 
-def _span_nodes(pairs: set[tuple[int, str]]) -> dict[tuple[int, str], tuple[str, float]]:
-    """(trace pk, span id) -> (the span's node, its start as epoch seconds)."""
+def _span_nodes(pairs: set[tuple[int, str]]) -> dict[tuple[int, str], tuple[str, float, str]]:
+    """(trace pk, span id) -> (the span's node, its start as epoch seconds, its tool name)."""
     by_trace: dict[int, set[str]] = {}
     for trace_pk, span_id in pairs:
         by_trace.setdefault(trace_pk, set()).add(span_id)
-    nodes: dict[tuple[int, str], tuple[str, float]] = {}
+    nodes: dict[tuple[int, str], tuple[str, float, str]] = {}
     traces = sorted(by_trace)
     for start in range(0, len(traces), _SPAN_CHUNK):
         chunk = traces[start:start + _SPAN_CHUNK]
         span_ids = set().union(*(by_trace[t] for t in chunk))
-        for trace_pk, span_id, node, started in Span.objects.filter(trace_id__in=chunk, span_id__in=span_ids) \
-                .values_list("trace_id", "span_id", "node", "start_time"):
-            nodes[(trace_pk, span_id)] = (node or "", started.timestamp())
+        for trace_pk, span_id, node, started, tool in Span.objects.filter(trace_id__in=chunk, span_id__in=span_ids) \
+                .values_list("trace_id", "span_id", "node", "start_time", "tool_name"):
+            nodes[(trace_pk, span_id)] = (node or "", started.timestamp(), tool or "")
     return nodes
+
+
+def _rule_pattern(judge: str, title: str) -> str:
+    """The pattern of a rule judge's issue: its title with ids, numbers and quoted values generalised, per judge."""
+    from diagnosis.clustering.naming import title_generalize
+
+    title = " ".join(title.split())
+    return f"{judge}|{title_generalize(title)}" if judge.startswith("rule.") and title else ""
+
+
+def _tool_of(trace_pk: int, target: str, evidence: list[dict], spans: dict) -> str:
+    """The judged span's tool, else the one tool the evidence cites (a repeated call targets its caller)."""
+    tool = spans.get((trace_pk, target), ("", None, ""))[2] if target else ""
+    if tool:
+        return tool
+    cited = {spans.get((trace_pk, e["span_id"]), ("", None, ""))[2] for e in evidence}
+    return cited.pop() if len(cited) == 1 else ""
 
 
 def statements_collect(*, run: DiagnosisRun, trace_pks=None, feedback_after: int = 0,
@@ -108,18 +132,22 @@ def statements_collect(*, run: DiagnosisRun, trace_pks=None, feedback_after: int
                 "verdict", "score", "critique", "issues", "rubric__node")
     )
     corrected = corrected_keys(project_id=run.project_id)
-    nodes = _span_nodes({(r["trace_id"], r["target_span_id"]) for r in rows if r["target_span_id"]})
+    cited = {(r["trace_id"], str(e.get("span_id") or "")) for r in rows for i in (r["issues"] or [])
+             if isinstance(i, dict) and r["judge"].startswith("rule.")
+             for e in i.get("evidence") or [] if isinstance(e, dict) and e.get("span_id")}
+    nodes = _span_nodes({(r["trace_id"], r["target_span_id"]) for r in rows if r["target_span_id"]} | cited)
     drafts: list[Draft] = []
     for row in rows:
         target = row["target_span_id"] or ""
         if (row["trace_id"], row["judge"], target) in corrected:
             continue
-        node, started = nodes.get((row["trace_id"], target), ("", None)) if target else \
+        node, started = nodes.get((row["trace_id"], target), ("", None, ""))[:2] if target else \
             (row["rubric__node"] or "", None)
         issues = [i for i in (row["issues"] or []) if isinstance(i, dict) and (i.get("title") or i.get("detail"))]
         seen: set[str] = set()
 
-        def add(kind: str, text: str, severity: str, evidence: list[dict], title: str = "") -> None:
+        def add(kind: str, text: str, severity: str, evidence: list[dict], title: str = "", tool: str = "",
+                pattern: str = "") -> None:
             norm = normalize_text(text)
             if not norm or norm in seen:
                 return
@@ -128,14 +156,16 @@ def statements_collect(*, run: DiagnosisRun, trace_pks=None, feedback_after: int
                 feedback_id=row["pk"], trace_pk=row["trace_id"], trace_id=row["trace__trace_id"],
                 release=row["trace__release"] or "", position=len(seen) - 1, kind=kind, text=text[:4000], node=node,
                 span_id=target, judge=row["judge"], severity=severity if severity in SEVERITY_RANK else "medium",
-                evidence=evidence, title=title, started=started,
+                evidence=evidence, title=title, started=started, tool=tool, pattern=pattern,
             ))
 
         for issue in issues:
             evidence = [{"span_id": str(e.get("span_id") or ""), "quote": str(e.get("quote") or "")}
                         for e in issue.get("evidence") or [] if isinstance(e, dict) and e.get("span_id")]
-            add("issue", issue_text(str(issue.get("title") or ""), str(issue.get("detail") or "")),
-                str(issue.get("severity") or "medium"), evidence, " ".join(str(issue.get("title") or "").split()))
+            title = " ".join(str(issue.get("title") or "").split())
+            pattern = _rule_pattern(row["judge"], title) if target else ""
+            add("issue", issue_text(title, str(issue.get("detail") or "")), str(issue.get("severity") or "medium"),
+                evidence, title, _tool_of(row["trace_id"], target, evidence, nodes) if pattern else "", pattern)
         if row["verdict"] == Feedback.Verdict.FAIL and (row["judge_kind"] == "llm" or not issues):
             top = max((SEVERITY_RANK.get(str(i.get("severity")), 1) for i in issues), default=None)
             severity = next(k for k, v in SEVERITY_RANK.items() if v == top) if top is not None else \

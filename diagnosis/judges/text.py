@@ -102,18 +102,65 @@ def _message_texts(value: Any, out: list[str]) -> None:
                 _message_texts(value[key], out)
 
 
+_MESSAGE_KEYS = ("message", "msg", "detail", "description", "error")
+_ERROR_PREFIX = re.compile(r"\A\s*error\s*:", re.IGNORECASE)
+
+
 def error_payload(output: Any) -> str | None:
-    """The error a tool's output reports: a JSON `error` member, else a free-text error line."""
+    """The error a tool's output reports, even when its span's status says OK (tau-bench's tools answer "Error: …"):
+    the `error` member of a top-level JSON object (a nested one is data the tool returned, not its error); text
+    that starts with "Error:" after whitespace (the whole message, whitespace collapsed, since a message may go on
+    past the first line); else a free-text error line (a traceback's, "ValueError: …")."""
     value = maybe_json(output)
     if isinstance(value, dict):
         error = value.get("error")
         if error not in (None, False, "", [], {}):
             return error if isinstance(error, str) else dump(error)
-    text = plain_text(value) if not isinstance(value, dict) else ""
-    match = ERROR_LINE.search(text) if text else None
+        return None
+    text = plain_text(value)
+    if not text:
+        return None
+    if _ERROR_PREFIX.match(text):
+        return " ".join(text.split())[:200]
+    match = ERROR_LINE.search(text)
     if match:
         return match.group(0).strip()[:200]
     return None
+
+
+# Instance values in an error message (error_pattern), most specific first. A token that mixes letters and digits is
+# a value (HAT030, certificate_7504069, gift_card_5094406, O-5012); names have no digits (update_reservation_flights).
+_PATTERN_VALUES = (
+    ('"\u2026"', re.compile(r"\"[^\"\n]{0,200}\"|(?<!\w)'[^'\n]{0,200}'(?!\w)|`[^`\n]{0,200}`"
+                            r"|\u201c[^\u201d\n]{0,200}\u201d")),
+    ("<id>", re.compile(r"\b[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}\b", re.IGNORECASE)),
+    ("<date>", re.compile(r"\b\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?\b")),
+    ("<time>", re.compile(r"\b\d{1,2}:\d{2}(?::\d{2})?\b")),
+    ("<id>", re.compile(r"(?<![\w.\-/])(?=[\w.\-/@]*\d)(?=[\w.\-/@]*[A-Za-z_])[\w.\-/@]*[A-Za-z0-9_]")),
+    ("N", re.compile(r"(?<![\w.])[-+]?\$?\d(?:[\d,]*\d)?(?:\.\d+)?%?(?!\w)")),
+)
+_ERROR_WORD = re.compile(r"\A\s*error\s*:\s*", re.IGNORECASE)
+PATTERN_MAX = 100
+
+
+def error_pattern(message: str) -> str:
+    """What an error message says once its values are taken out: the first line without its "Error:" label, quoted
+    values as "…", ids <id>, dates <date>, times <time>, numbers N ("Error: flight HAT030 not available on date
+    2024-05-13" -> "flight <id> not available on date <date>"), cut at a word within PATTERN_MAX characters. Two
+    occurrences of one fault read the same; different faults of one tool stay different. Idempotent."""
+    error = maybe_json(message)
+    if isinstance(error, dict):  # {"code": "NOT_FOUND", "message": "no record …"}: its kind and its message
+        kind = next((error[k] for k in ("type", "code", "name") if isinstance(error.get(k), str) and error[k]), "")
+        text = next((error[k] for k in _MESSAGE_KEYS if isinstance(error.get(k), str) and error[k]), "")
+        message = ": ".join(part for part in (kind, text) if part) or message
+    line = next((part for part in (message or "").splitlines() if part.strip()), "")
+    text = _ERROR_WORD.sub("", line)
+    for placeholder, pattern in _PATTERN_VALUES:
+        text = pattern.sub(placeholder, text)
+    text = " ".join(text.split()).rstrip(" .:;,")
+    if len(text) > PATTERN_MAX:
+        text = text[:PATTERN_MAX - 1].rsplit(" ", 1)[0].rstrip(" ,;:") + "\u2026"
+    return text
 
 
 def normalise(text: str) -> str:

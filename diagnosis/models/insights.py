@@ -56,6 +56,8 @@ class Insight(models.Model):
     lift = models.FloatField(null=True, blank=True)
     lift_low = models.FloatField(null=True, blank=True)
     lift_high = models.FloatField(null=True, blank=True)
+    by_design = models.BooleanField(default=False, help_text="an output property its step shows on every call, in "
+                                                             "succeeding and failing runs alike")
     first_seen = models.DateTimeField(null=True, blank=True)
     last_seen = models.DateTimeField(null=True, blank=True)
     first_run = models.ForeignKey(DiagnosisRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
@@ -83,8 +85,12 @@ class Insight(models.Model):
     @property
     def failure_association(self) -> str:
         """"associated": traces with the pattern fail more often than traces without it (the lift interval lies
-        above 1); "not_associated": the interval includes 1 or lies below it, so it shows in successes alike;
-        "unknown": no judged trace had a recorded outcome, so there is no lift."""
+        above 1); "not_associated": the interval includes 1 or lies below it, so it shows in successes alike, or
+        the pattern is by-design behaviour (`by_design`: a lift above 1 then only says that failing runs take that
+        step more often); "unknown": no lift, because fewer than 10 judged traces succeeded (clustering/stats.py
+        MIN_SUCCEEDING; none had a recorded outcome, or the set holds failed runs only)."""
+        if self.by_design:
+            return "not_associated"
         if self.lift is None or self.lift_low is None:
             return "unknown"
         return "associated" if self.lift_low > 1 else "not_associated"

@@ -16,11 +16,11 @@ def insight_list(*, project: Project, level: str | None = None, node: str | None
                  severity: str | list[str] | None = None, status: str | list[str] | None = None,
                  release: str | None = None, run: DiagnosisRun | None = None, review: str | None = None,
                  include_rejected: bool = False, include_other: bool = True,
-                 include_merged: bool = False) -> QuerySet:
-    """The project's insights, most recently seen and most frequent first. Rejected insights, and insights merged
-    into another, are hidden unless asked for (or `review="rejected"`); "other" buckets (statements that fit no
-    cluster) are listed unless include_other=False. release / run: insights that occurred in traces of that release
-    / in that run."""
+                 include_merged: bool = False, include_by_design: bool = False) -> QuerySet:
+    """The project's insights, most recently seen and most frequent first. Rejected insights, insights merged
+    into another and by-design behaviour (Insight.by_design: what a step does on every call, no problem) are hidden
+    unless asked for (or `review="rejected"`); "other" buckets (statements that fit no cluster) are listed unless
+    include_other=False. release / run: insights that occurred in traces of that release / in that run."""
     insights = Insight.objects.filter(project=project)
     if level:
         insights = insights.filter(level=level)
@@ -36,6 +36,8 @@ def insight_list(*, project: Project, level: str | None = None, node: str | None
         insights = insights.exclude(review=Insight.Review.REJECTED)
     if not include_merged:
         insights = insights.filter(merged_into__isnull=True)
+    if not include_by_design:
+        insights = insights.filter(by_design=False)
     if not include_other:
         insights = insights.filter(is_other=False)
     if run is not None:
@@ -47,10 +49,11 @@ def insight_list(*, project: Project, level: str | None = None, node: str | None
 
 
 def not_associated_with_failure():
-    """1 for an insight whose lift interval includes 1 (it shows in succeeding traces as often as in failing ones):
-    listed after those associated with failure, or whose association is unknown (no outcomes). As
-    Insight.failure_association: without a lift the association is unknown."""
-    return Case(When(lift__isnull=False, lift_low__isnull=False, lift_low__lte=1, then=Value(1)), default=Value(0),
+    """1 for an insight whose lift interval includes 1 (it shows in succeeding traces as often as in failing ones),
+    or that is by-design behaviour: listed after those associated with failure, or whose association is unknown
+    (too few successes to compare). As Insight.failure_association: without a lift the association is unknown."""
+    return Case(When(by_design=True, then=Value(1)),
+                When(lift__isnull=False, lift_low__isnull=False, lift_low__lte=1, then=Value(1)), default=Value(0),
                 output_field=IntegerField())
 
 
@@ -68,13 +71,14 @@ def insight_list_top(*, project: Project, limit: int = 8) -> list[Insight]:
 
 def insight_list_ranked(*, project: Project, level: str | None = None, node: str | None = None,
                         severity: str | None = None, status: str | None = None,
-                        release: str | None = None) -> QuerySet:
+                        release: str | None = None, include_by_design: bool = False) -> QuerySet:
     """insight_list with `rank`: the frequency, with patterns not associated with failure (lift interval including
     1) after those associated or of unknown association, and "other" buckets (statements that fit no pattern) last
     (frequency is at most 1, so the offsets keep the groups apart), so one keyset field orders the list."""
     insights = insight_list(project=project, level=level, node=node, severity=severity, status=status,
-                            release=release)
+                            release=release, include_by_design=include_by_design)
     return insights.annotate(rank=Case(When(is_other=True, then=F("frequency") - 4),
+                                       When(by_design=True, then=F("frequency") - 2),
                                        When(lift_low__isnull=False, lift_low__lte=1, then=F("frequency") - 2),
                                        default=F("frequency"), output_field=FloatField()))
 
@@ -96,11 +100,16 @@ def insight_get(*, project: Project, insight_id) -> Insight:
 
 
 def insight_evidence_list(*, project: Project, insight, run: DiagnosisRun | None = None) -> QuerySet:
-    """Verified citations of the insight (and of insights merged into it), newest run first."""
+    """Verified citations of the insight (and of insights merged into it), newest run first and, within a run,
+    citations from failing traces first (`outcome_rank`: 0 failure, 1 no recorded outcome, 2 success): a quote from
+    a run that succeeded shows the pattern, not what made a run fail."""
     evidence = InsightEvidence.objects.filter(insight__project=project, insight=insight)
     if run is not None:
         evidence = evidence.filter(run=run)
-    return evidence.select_related("trace", "run").order_by("-run__created_at", "trace_id", "span_id", "pk")
+    rank = Case(When(trace__outcome="failure", then=Value(0)), When(trace__outcome="success", then=Value(2)),
+                default=Value(1), output_field=IntegerField())
+    return (evidence.select_related("trace", "run").annotate(outcome_rank=rank)
+            .order_by("-run__created_at", "outcome_rank", "trace_id", "span_id", "pk"))
 
 
 def insight_statement_list(*, project: Project, insight, run: DiagnosisRun | None = None,

@@ -27,7 +27,7 @@ from diagnosis.facts import insights_built_publish
 from diagnosis.insights.absorbed import insights_absorbed_retire
 from diagnosis.insights.detached import groups_detached
 from diagnosis.insights.embedding import centroid_of, embedder_get, statement_vectors
-from diagnosis.insights.groups import groups_name
+from diagnosis.insights.groups import group_pattern, groups_fingerprints, groups_name, pattern_fingerprint
 from diagnosis.insights.identity import Known, groups_assign, identity_threshold, insights_resolved
 from diagnosis.insights.naming import NamingUsage, llm_namer_build, naming_model
 from diagnosis.insights.persist import RunData, insights_write
@@ -176,8 +176,11 @@ class _Clustered:
 
     def grouped(self, project_id: int, refresh: RefreshRules | None = None) -> tuple[list, set[str]]:
         known = _known(project_id=project_id, model_id=self.model_id)
+        by_id = {c.id: c for c in self.clusters}
+        patterns = {cid: pattern_fingerprint(pattern=shared, node=by_id[cid].node, level=by_id[cid].level)
+                    for cid, rows in self.rows_of.items() if (shared := group_pattern(rows, self.drafts))}
         groups = groups_assign(clusters=self.clusters, fingerprints=self.fingerprints, rows_of=self.rows_of,
-                               vectors=self.vectors, known=known, other_rows=self.other_rows)
+                               vectors=self.vectors, known=known, other_rows=self.other_rows, patterns=patterns)
         if refresh is not None and refresh.prior:
             groups = groups_sticky(groups=groups, keys=[d.key for d in self.drafts], nodes=[d.node for d in self.drafts],
                                    prior=refresh.prior, live=insights_resolved(known))
@@ -191,7 +194,7 @@ def _cluster(run: DiagnosisRun, window: set[int] | None = None, upto: int | None
     embedder = embedder_get()
     vectors, keys, embedded = statement_vectors([d.text for d in drafts], embedder)
     statements = [Statement(id=d.key, text=d.text, node=d.node, trace_id=str(d.trace_pk), span_id=d.span_id or None,
-                            severity=d.severity, source=d.judge) for d in drafts]
+                            severity=d.severity, source=d.judge, tool=d.tool, pattern=d.pattern) for d in drafts]
     clusters, rows_of, other_rows, raw_fingerprints = [], {}, {}, {}
     if drafts:
         clustering = cluster_per_node_and_system(
@@ -222,13 +225,11 @@ def _judged_by_release(traces: dict) -> dict[str, int]:
 def _build_detached(run: DiagnosisRun) -> dict:
     """A run that is not full: its groups and figures go on the run, nothing into the project's insights
     (diagnosis/insights/detached.py). Offline names only: its titles show nowhere but a comparison."""
-    from diagnosis.clustering import fingerprint
-
     started = time.monotonic()
     c = _cluster(run)
     groups, _ = c.grouped(run.project_id)
     names = groups_name(groups=groups, drafts=c.drafts, vectors=c.vectors, llm=None, medoids=c.medoids)
-    fingerprints = {i: fingerprint(name.terms, groups[i].node, groups[i].level) for i, (_, name) in names.items()}
+    fingerprints = groups_fingerprints(groups=groups, names=names, drafts=c.drafts)
     rows = groups_detached(groups=groups, names=names, drafts=c.drafts, traces=c.traces, fingerprints=fingerprints)
     named = [g for g in rows if not g["is_other"]]
     summary = {
@@ -247,8 +248,6 @@ def _build_detached(run: DiagnosisRun) -> dict:
 
 
 def _build(run: DiagnosisRun, *, rebuild: bool, refresh: RefreshRules | None = None) -> dict:
-    from diagnosis.clustering import fingerprint
-
     started = time.monotonic()
     c = _cluster(run, refresh.window, refresh.upto) if refresh else _cluster(run)
     drafts, vectors, traces, medoids = c.drafts, c.vectors, c.traces, c.medoids
@@ -273,7 +272,7 @@ def _build(run: DiagnosisRun, *, rebuild: bool, refresh: RefreshRules | None = N
         groups, wanted = grouped()
         namer = llm_namer_build(model=model, usage=NamingUsage(), wanted=wanted, cache_only=True)
         names = groups_name(groups=groups, drafts=drafts, vectors=vectors, llm=namer, medoids=medoids)
-        fingerprints = {i: fingerprint(name.terms, groups[i].node, groups[i].level) for i, (_, name) in names.items()}
+        fingerprints = groups_fingerprints(groups=groups, names=names, drafts=drafts)
         data = RunData(run=run, drafts=drafts, keys=c.keys, vectors=vectors, traces=traces, model_id=c.model_id)
         written = insights_write(data=data, groups=groups, names=names, fingerprints=fingerprints,
                                  reopen_allowed=refresh.reopen_allowed if refresh else None)

@@ -74,7 +74,8 @@ def _nodes(insight: Insight) -> list[dict]:
 
 
 def content_collect(*, insight: Insight) -> Content:
-    """Evidence quotes (newest run first, one per trace before a second from the same trace), the traces the
+    """Evidence quotes (newest run first, failing traces first, one per trace before a second from the same trace;
+    each with its trace's outcome), the traces the
     insight occurred in (newest run first) with their task ids and releases, its judged traces and releases, its
     nodes, and the suggested fix drawn from its evidence."""
     from diagnosis.selectors import insight_evidence_list
@@ -87,7 +88,8 @@ def content_collect(*, insight: Insight) -> Content:
         (more if row.trace_id in seen else first).append(row)
         seen.add(row.trace_id)
     evidence = [{"trace_id": e.trace.trace_id, "task_id": e.trace.task_id, "release": e.trace.release,
-                 "span_id": e.span_id, "quote": e.quote, "statement": e.statement_text}
+                 "span_id": e.span_id, "quote": e.quote, "statement": e.statement_text,
+                 "outcome": e.trace.outcome or ""}
                 for e in (first + more)[:EVIDENCE_MAX]]
     trace_ids: list[str] = []
     releases: dict[str, int] = {}
@@ -115,7 +117,8 @@ def percent(value: float | None) -> str:
 
 def _lift(low: float | None, value: float | None, high: float | None) -> str:
     if value is None:
-        return "n/a (no trace without the issue to compare with)"
+        return ("n/a: association unknown (fewer than 10 judged traces succeeded, or no trace without the issue, to "
+                "compare with)")
     interval = f" (95% interval {low:.2f}–{high:.2f})" if low is not None and high is not None else ""
     return f"{value:.2f}×{interval}: failure rate of traces with the issue over traces without it"
 
@@ -179,7 +182,8 @@ def body_render(*, ticket) -> str:
     if not ticket.evidence:
         lines.append("_No verified quote yet._")
     for item in ticket.evidence:
-        where = (f"trace {md_escape(item['trace_id'])}, span {md_escape(item['span_id'])}, task "
+        ran = {"failure": "run failed", "success": "run succeeded"}.get(item.get("outcome", ""), "outcome unknown")
+        where = (f"trace {md_escape(item['trace_id'])} ({ran}), span {md_escape(item['span_id'])}, task "
                  f"{md_escape(item['task_id']) or '—'}, release {md_escape(item['release']) or '—'}")
         lines += [md_quote(item["quote"] or item["statement"]), "",
                   f"— {where}: {md_escape(item['statement'])}", ""]

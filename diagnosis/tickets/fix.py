@@ -92,9 +92,15 @@ def _judge_pick(insight: Insight, rows: list, feedback: dict) -> str:
 def _span_pick(insight: Insight, rows: list, feedback: dict) -> tuple[object, Span | None, str]:
     """(evidence row, span, span id) to point at: a span at the insight's node, the cited one or the step the judge
     judged (a coverage rubric cites the tool that returned a value and judges the step that dropped it), else the
-    first citation."""
-    pairs = [(e, e.span_id) for e in rows] + [(e, feedback[e.feedback_id].target_span_id) for e in rows
-                                               if feedback[e.feedback_id].target_span_id]
+    first citation; in a failing trace when one is cited (a span in a run that succeeded shows the pattern, not
+    what made a run fail)."""
+    def pairs_of(some: list) -> list:
+        return [(e, e.span_id) for e in some] + [(e, feedback[e.feedback_id].target_span_id) for e in some
+                                                 if feedback[e.feedback_id].target_span_id]
+
+    rows = sorted(rows, key=lambda e: e.trace.outcome != "failure")  # stable: the evidence order otherwise
+    failing = [e for e in rows if e.trace.outcome == "failure"]
+    pairs = pairs_of(failing) + pairs_of(rows[len(failing):])
     spans = {(s.trace_id, s.span_id): s for s in Span.objects.filter(
         trace_id__in={e.trace_id for e in rows}, span_id__in={span_id for _, span_id in pairs})}
     node = insight.node if insight.level == Insight.Level.NODE else ""

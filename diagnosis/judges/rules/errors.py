@@ -1,7 +1,13 @@
 """Error rules. A span gets at most one of them: a non-zero exit code is reported by `rule.exit_code`, other ERROR
-spans and exceptions by `rule.span_error`, and error payloads on spans whose status says OK by `rule.tool_error`. A
-tool's "not found" that the agent handled (criterion in diagnosis/judges/recovery.py) is not a failure: both rules
-record it as a pass on that span, saying it was a recovered not-found.
+spans and exceptions by `rule.span_error`, and error payloads on spans whose status says OK by `rule.tool_error` (an
+output starting with "Error:", or a top-level JSON `error` member: judges/text.py `error_payload`). A tool's "not
+found" that the agent handled (criterion in diagnosis/judges/recovery.py) is not a failure: both rules record it as a
+pass on that span, saying it was a recovered not-found.
+
+An error's issue title names the tool (or span) and the error's pattern, its message with the values taken out
+(`error_pattern`: "book_reservation returned an error: payment amount does not add up, total price is N, but paid
+N"): insights group findings by that title (diagnosis/insights/statements.py), so two tools, or two different errors
+of one tool, are never one insight, and one error's occurrences with different values are.
 """
 
 from __future__ import annotations
@@ -11,7 +17,7 @@ import re
 from diagnosis.judges.contract import Evidence, JudgeIssue, JudgeResult, SpanView, TraceView
 from diagnosis.judges.recovery import recovered_not_found
 from diagnosis.judges.rules.verdicts import clip, rule_fail, rule_pass, rule_recovered, span_label
-from diagnosis.judges.text import error_payload, maybe_json, normalise, plain_text
+from diagnosis.judges.text import error_pattern, error_payload, maybe_json, normalise, plain_text
 
 _EXIT_CODE = re.compile(r"\bexit[ _]?(?:code|status)\b\s*[:=]?\s*(-?\d+)", re.IGNORECASE)
 _EXIT_KEYS = ("exit_code", "exitcode", "exitCode", "returncode", "return_code", "exit_status")
@@ -92,6 +98,13 @@ def rule_span_error(trace: TraceView, stats: dict | None = None) -> list[JudgeRe
                 quotes.append(clip(message))
         types = [str(exc.get("type")).rsplit(".", 1)[-1] for exc in span.exceptions or [] if exc.get("type")]
         what = types[0] if types else ("error status" if span.status == "error" else "exception")
+        # The first message says which error it was: "failed: error status" alone would make every failure of a
+        # step one pattern, whatever went wrong.
+        pattern = error_pattern(quotes[0]) if quotes else ""
+        if pattern and normalise(what) not in normalise(pattern):
+            what = f"{what}: {pattern}" if types else pattern
+        elif pattern:
+            what = pattern
         issue = JudgeIssue(
             title=f"{span_label(span)} failed: {what}",
             detail="; ".join(quotes) or f"The span ended with status {span.status}.",
@@ -116,7 +129,8 @@ def rule_tool_error(trace: TraceView, stats: dict | None = None) -> list[JudgeRe
         if recovery is not None:
             results.append(rule_recovered(judge, span, recovery))
             continue
-        issue = JudgeIssue(title=f"{span.tool_name or span.name} returned an error",
+        pattern = error_pattern(quote) or "error"
+        issue = JudgeIssue(title=f"{span.tool_name or span.name} returned an error: {pattern}",
                            detail=f"The tool's output reports an error although the span's status is {span.status}.",
                            severity="medium", evidence=[Evidence(span.span_id, quote)])
         results.append(rule_fail(judge, span.span_id, "The tool returned an error payload.", [issue]))

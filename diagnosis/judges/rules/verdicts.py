@@ -6,7 +6,9 @@ from __future__ import annotations
 from diagnosis.judges.contract import JudgeIssue, JudgeResult, SpanView
 from diagnosis.judges.recovery import Recovery
 
-RULES_VERSION = "rules-2"  # 2: tool-call turns in every format are output; recovered not-founds pass
+# 2: tool-call turns in every format are output; recovered not-founds pass. 3: error titles name the tool and the
+# error's pattern (a cached result of 2 would bring back titles that lump every error of a tool together).
+RULES_VERSION = "rules-3"
 _QUOTE_MAX = 200
 
 

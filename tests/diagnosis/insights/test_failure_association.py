@@ -1,6 +1,6 @@
 """Failure association: lift over traces with a recorded outcome only. A planted bug's insight is associated with
 failure; a pattern as frequent in succeeding traces as in failing ones is not, and is ranked below; without any
-recorded outcome there is no lift and the pages say "outcomes unknown"."""
+recorded outcome there is no lift and the pages say "association unknown"."""
 
 from __future__ import annotations
 
@@ -57,4 +57,4 @@ def test_without_outcomes_there_is_no_lift_and_the_pages_say_so(project, owner, 
     insights = Insight.objects.filter(project=project, is_other=False)
     assert insights.exists() and all(i.lift is None and i.failure_association == "unknown" for i in insights)
     html = client_for(owner).get(f"/p/{project.slug}/insights/").content.decode()
-    assert "outcomes unknown" in html and "×" not in html.split("<tbody>", 1)[1]
+    assert "association unknown" in html and "×" not in html.split("<tbody>", 1)[1]
