@@ -97,11 +97,14 @@ def _span_nodes(pairs: set[tuple[int, str]]) -> dict[tuple[int, str], tuple[str,
 
 
 def _rule_pattern(judge: str, title: str) -> str:
-    """The pattern of a rule judge's issue: its title with ids, numbers and quoted values generalised, per judge."""
+    """The pattern of a rule judge's issue: its title with ids, numbers and quoted values generalised, per judge.
+    A contrastive finding's title is its feature ("Fails more often when `X` is called before `Y`"): each finding is
+    its own pattern too, so findings that share the template's words are never one insight."""
     from diagnosis.clustering.naming import title_generalize
 
     title = " ".join(title.split())
-    return f"{judge}|{title_generalize(title)}" if judge.startswith("rule.") and title else ""
+    deterministic = judge.startswith("rule.") or judge == "contrastive"
+    return f"{judge}|{title_generalize(title)}" if deterministic and title else ""
 
 
 def _tool_of(trace_pk: int, target: str, evidence: list[dict], spans: dict) -> str:

@@ -19,7 +19,7 @@ from statistics import median
 from diagnosis.judges.contract import Evidence, SpanView, TraceView
 from diagnosis.judges.contrastive_tasks import task_features, unpreceded_features
 from diagnosis.judges.rules.repetition import REPEATED_CALL_THRESHOLD
-from diagnosis.judges.text import dump, maybe_json, normalise, plain_text, value_text
+from diagnosis.judges.text import dump, error_pattern, error_payload, maybe_json, normalise, plain_text, value_text
 
 # Readability and specificity of a feature kind: when features hold in exactly the same traces, the first kind here
 # names the finding (a lost identifier says more than "the node ran").
@@ -92,14 +92,18 @@ def _error_type(span: SpanView) -> str:
     output = maybe_json(span.output)
     if isinstance(output, dict) and isinstance(output.get("error"), str) and _SHORT_VALUE.match(output["error"]):
         return output["error"]
+    if span.kind == "TOOL":  # "Error: flight HAT030 not available on date …" -> its pattern, values taken out
+        payload = error_payload(span.output)
+        return error_pattern(payload) if payload else ""
     return ""
 
 
 def _failed(span: SpanView) -> bool:
+    """An error status or exception, or a tool whose output reports an error whatever its status (judges/text.py
+    error_payload: a top-level `error` member, text starting with "Error:")."""
     if span.status == "error" or span.exceptions:
         return True
-    output = maybe_json(span.output)
-    return span.kind == "TOOL" and isinstance(output, dict) and output.get("error") not in (None, False, "", {}, [])
+    return span.kind == "TOOL" and error_payload(span.output) is not None
 
 
 def _objects(value, out: list[dict], depth: int = 0) -> None:
