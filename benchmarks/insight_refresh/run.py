@@ -54,6 +54,8 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from benchmarks.throwaway import database_recreate, django_start  # noqa: E402
+
 BATCH = 2000
 
 
@@ -80,39 +82,10 @@ def _rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
 
 
-def _recreate_db(pg: str, db: str, *, create: bool = True) -> None:
-    import psycopg
-    from psycopg import sql
-
-    with psycopg.connect(f"{pg}/postgres", autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(db)))
-        if create:
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(db)))
-
-
 def _setup(args: argparse.Namespace) -> None:
-    os.environ.update(
-        DJANGO_SETTINGS_MODULE="clear.settings.test",
-        CLEAR_TEST_DATABASE="postgres",
-        DATABASE_URL=f"{args.pg}/{args.db}",
-        CLEAR_TEST_REDIS_URL=args.redis,
-        LITELLM_LOCAL_MODEL_COST_MAP="True",
-        CLEAR_JUDGE_MODEL="",
-        CLEAR_INSIGHT_WINDOW_TRACES=str(args.traces + args.new),
-        CLEAR_CONTINUOUS_LOOKBACK_HOURS="168",
-        CLEAR_INSIGHT_RECLUSTER_SECONDS=str(10**8),
-        HF_HUB_OFFLINE="1",
-        TOKENIZERS_PARALLELISM="false",
-    )
-    os.environ.setdefault("SECRET_KEY", "bench-" + secrets.token_hex(24))
-    import logging
-
-    import django
-    from django.core.management import call_command
-
-    django.setup()
-    logging.disable(logging.INFO)  # the refresh's own log lines stay out of the report
-    call_command("migrate", verbosity=0)
+    django_start(pg=args.pg, db=args.db, redis=args.redis,
+                 CLEAR_INSIGHT_WINDOW_TRACES=str(args.traces + args.new), CLEAR_CONTINUOUS_LOOKBACK_HOURS="168",
+                 CLEAR_INSIGHT_RECLUSTER_SECONDS=str(10**8))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -519,7 +492,7 @@ def _print(r: dict) -> None:
 def main(argv: list[str] | None = None) -> dict:
     args = _args(argv)
     _log(f"database {args.db}: recreate and migrate")
-    _recreate_db(args.pg, args.db)
+    database_recreate(args.pg, args.db)
     try:
         _setup(args)
         result = bench(args)
@@ -528,7 +501,7 @@ def main(argv: list[str] | None = None) -> dict:
             from django.db import connections
 
             connections.close_all()
-            _recreate_db(args.pg, args.db, create=False)
+            database_recreate(args.pg, args.db, create=False)
     _print(result)
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(result, indent=1, default=str))

@@ -1,0 +1,35 @@
+"""A throw-away Postgres database for the benchmarks that run Django in-process (insight_refresh, insights_real):
+dropped and created, the test settings pointed at it, migrated; dropped again at the end."""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+
+
+def database_recreate(pg: str, db: str, *, create: bool = True) -> None:
+    """Drop `db` on the server at `pg` (a URL without database), and create it again unless create=False."""
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(f"{pg}/postgres", autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(db)))
+        if create:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(db)))
+
+
+def django_start(*, pg: str, db: str, redis: str, **env: str) -> None:
+    """clear.settings.test on that database, no model, offline embeddings, plus `env`; migrated. The product's INFO
+    log lines stay out of the benchmark's report."""
+    os.environ.update(
+        DJANGO_SETTINGS_MODULE="clear.settings.test", CLEAR_TEST_DATABASE="postgres", DATABASE_URL=f"{pg}/{db}",
+        CLEAR_TEST_REDIS_URL=redis, LITELLM_LOCAL_MODEL_COST_MAP="True", CLEAR_JUDGE_MODEL="", HF_HUB_OFFLINE="1",
+        TOKENIZERS_PARALLELISM="false", **env)
+    os.environ.setdefault("SECRET_KEY", "bench-" + secrets.token_hex(24))
+    import django
+    from django.core.management import call_command
+
+    django.setup()
+    logging.disable(logging.INFO)
+    call_command("migrate", verbosity=0)
