@@ -33,3 +33,18 @@ def django_start(*, pg: str, db: str, redis: str, **env: str) -> None:
     django.setup()
     logging.disable(logging.INFO)
     call_command("migrate", verbosity=0)
+
+
+def bench_in_throwaway(*, pg: str, db: str, keep: bool, setup, bench):
+    """Recreate the database, setup() (django_start), bench() and return its result; the database is dropped at the
+    end, also when bench fails, unless keep."""
+    database_recreate(pg, db)
+    try:
+        setup()
+        return bench()
+    finally:
+        if not keep:
+            from django.db import connections
+
+            connections.close_all()
+            database_recreate(pg, db, create=False)

@@ -50,7 +50,7 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from benchmarks.throwaway import database_recreate, django_start  # noqa: E402
+from benchmarks.throwaway import bench_in_throwaway, django_start  # noqa: E402
 
 DATASETS = {
     "tau-airline": ("tau-airline", "airline-*.json"),
@@ -501,16 +501,8 @@ def bench(args: argparse.Namespace) -> dict:
 def main(argv: list[str] | None = None) -> dict:
     args = _args(argv)
     _log(f"database {args.db}: recreate and migrate")
-    database_recreate(args.pg, args.db)
-    try:
-        _setup(args)
-        result = bench(args)
-    finally:
-        if not args.keep_db:
-            from django.db import connections
-
-            connections.close_all()
-            database_recreate(args.pg, args.db, create=False)
+    result = bench_in_throwaway(pg=args.pg, db=args.db, keep=args.keep_db, setup=lambda: _setup(args),
+                                bench=lambda: bench(args))
     (_print_tau if args.dataset == "tau-airline" else _print_whowhen)(result)
     if args.json_out:
         Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
