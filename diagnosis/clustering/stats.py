@@ -27,7 +27,7 @@ from statistics import NormalDist
 
 __all__ = [
     "TraceInfo", "IssueStats", "ReleaseCount", "issue_stats", "wilson_interval", "risk_ratio",
-    "newcombe_difference", "trend_by_release", "MIN_SUCCEEDING",
+    "newcombe_difference", "trend_by_release", "MIN_SUCCEEDING", "issue_lift",
 ]
 
 Interval = tuple[float, float]
@@ -100,6 +100,16 @@ def risk_ratio(
     return point, (min(low, point), max(high, point))
 
 
+def issue_lift(
+    a: int, n1: int, c: int, n2: int, confidence: float = 0.95, min_succeeding: int = MIN_SUCCEEDING,
+) -> tuple[float | None, Interval | None]:
+    """An issue's lift: risk_ratio of failing with it (a of n1 traces) against without it (c of n2), and none when
+    fewer than `min_succeeding` of those traces succeeded (module docstring)."""
+    if (n1 - a) + (n2 - c) < min_succeeding:
+        return None, None
+    return risk_ratio(a, n1, c, n2, confidence)
+
+
 def newcombe_difference(
     a: int, n1: int, c: int, n2: int, confidence: float = 0.95,
 ) -> tuple[float | None, Interval | None]:
@@ -154,9 +164,7 @@ def issue_stats(
     a = sum(1 for t in hit & known if traces[t].failed)
     n2 = len(known) - n1
     c = sum(1 for t in known - hit if traces[t].failed)
-    lift, lift_ci = risk_ratio(a, n1, c, n2, confidence)
-    if len(known) - a - c < min_succeeding:
-        lift, lift_ci = None, None
+    lift, lift_ci = issue_lift(a, n1, c, n2, confidence, min_succeeding)
     diff, diff_ci = newcombe_difference(a, n1, c, n2, confidence)
     return IssueStats(
         count=len(hit), judged=judged, frequency=(len(hit) / judged) if judged else 0.0,

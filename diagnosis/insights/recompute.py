@@ -16,12 +16,26 @@ def judged_traces(run: DiagnosisRun) -> dict:
     """str(trace pk) -> TraceInfo(failed, release) for every trace the run judged. `failed` is the recorded outcome,
     None when there is none: a judge's failing verdict is what an insight is made of, so counting it as a failure
     would make every insight look associated with failure."""
+    return {str(pk): info for pk, _, info in _judged_rows(run)}
+
+
+def _judged_rows(run: DiagnosisRun):
+    """(trace pk, trace id, TraceInfo) for every trace the run judged (judged_traces says why `failed`)."""
     from diagnosis.clustering import TraceInfo
 
     rows = RunTrace.objects.filter(run=run, status=RunTrace.Status.DONE).values_list(
-        "trace_id", "trace__release", "trace__outcome")
-    return {str(pk): TraceInfo(failed=(outcome == "failure") if outcome else None, release=release or "")
-            for pk, release, outcome in rows}
+        "trace_id", "trace__trace_id", "trace__release", "trace__outcome")
+    for pk, trace_id, release, outcome in rows:
+        yield pk, trace_id, TraceInfo(failed=(outcome == "failure") if outcome else None, release=release or "")
+
+
+def judged_totals(*, run: DiagnosisRun, window: set[int]) -> JudgedTotals:
+    """The window's judged traces by trace id (occurrence_extend) and by pk (occurrence_recompute), one query."""
+    by_tid, by_pk = {}, {}
+    for pk, trace_id, info in _judged_rows(run):
+        if pk in window:
+            by_tid[trace_id] = by_pk[str(pk)] = info
+    return JudgedTotals(by_tid, by_pk)
 
 
 def _field(insight: Insight) -> str:
@@ -67,7 +81,7 @@ def occurrence_extend(*, insight: Insight, run: DiagnosisRun, added: list[tuple[
     """A refresh joined statements to the insight in this run (added: (trace id, release) per statement): its
     occurrence grows without reading the statements it held. Same figures as occurrence_recompute over the same
     judged traces (no statement was taken out: only a re-clustering moves statements)."""
-    from diagnosis.clustering.stats import MIN_SUCCEEDING, risk_ratio
+    from diagnosis.clustering.stats import issue_lift
 
     occurrence = InsightOccurrence.objects.filter(insight=insight, run=run).first()
     if occurrence is None:
@@ -81,9 +95,7 @@ def occurrence_extend(*, insight: Insight, run: DiagnosisRun, added: list[tuple[
     hit = [totals.traces[t] for t in traces if t in totals.traces]
     n1 = sum(1 for info in hit if info.failed is not None)
     a = sum(1 for info in hit if info.failed)
-    lift, lift_ci = risk_ratio(a, n1, totals.failed - a, totals.known - n1, 0.95)
-    if totals.known - totals.failed < MIN_SUCCEEDING:  # as issue_stats: too few successes to compare with
-        lift, lift_ci = None, None
+    lift, lift_ci = issue_lift(a, n1, totals.failed - a, totals.known - n1)
     occurrence.count += len(added)
     occurrence.trace_count, occurrence.judged = len(hit), totals.judged
     occurrence.frequency = len(hit) / totals.judged if totals.judged else 0.0

@@ -45,9 +45,9 @@ from diagnosis.insights.embedding import embedder_get, statement_vectors
 from diagnosis.insights.identity import insights_resolved
 from diagnosis.insights.incremental import placed_neighbours, statements_assign
 from diagnosis.insights.recompute import (
-    JudgedTotals,
     headline_extend,
     headline_refresh,
+    judged_totals,
     occurrence_extend,
     occurrence_recompute,
 )
@@ -252,20 +252,6 @@ def _full(*, run: DiagnosisRun, state: dict, window: set[int], upto: int, now: d
                  created=state.get("created", 0) + built.get("new", 0), full_count=state.get("full_count", 0) + 1)
 
 
-def _judged_totals(run: DiagnosisRun, window: set[int]) -> JudgedTotals:
-    """The window's judged traces by trace id (occurrence_extend) and by pk (occurrence_recompute), one query."""
-    from diagnosis.clustering import TraceInfo
-
-    by_tid, by_pk = {}, {}
-    rows = RunTrace.objects.filter(run=run, status=RunTrace.Status.DONE).values_list(
-        "trace_id", "trace__trace_id", "trace__release", "trace__outcome")
-    for pk, trace_id, release, outcome in rows:
-        if pk in window:
-            info = TraceInfo(failed=(outcome == "failure") if outcome else None, release=release or "")
-            by_tid[trace_id] = by_pk[str(pk)] = info
-    return JudgedTotals(by_tid, by_pk)
-
-
 def _incremental(*, run: DiagnosisRun, state: dict, window: set[int], upto: int, now: datetime) -> None:
     """The statements of the feedback judged since the last refresh, joined to existing insights (module docstring).
     The cost follows the new statements: their vectors (cached), their nearest placed statements, the touched
@@ -288,7 +274,7 @@ def _incremental(*, run: DiagnosisRun, state: dict, window: set[int], upto: int,
             added.setdefault(insight_id, []).append(d)
     reopen = _Reopen(state.get("reopen_streak"))
     reopened: list[int] = []
-    totals = _judged_totals(run, window) if added else None
+    totals = judged_totals(run=run, window=window) if added else None
     with transaction.atomic():
         Project.objects.select_for_update().filter(pk=run.project_id).first()  # one writer of insights per project
         InsightStatement.objects.bulk_create([
