@@ -195,9 +195,13 @@ def _instrument(steps: Steps) -> None:
     import diagnosis.services.insights as insights
     import diagnosis.tickets.services as tickets
 
+    # (b) must be the incremental refresh at every size: below ~15,000 traces the 100 new ones are a tenth of the
+    # window, which the product re-clusters at once (insights_refresh._recluster_due).
+    refresh.RECLUSTER_SHARE = float("inf")
+
     for name in ("statements_collect", "statement_vectors", "statements_assign", "_known", "occurrence_recompute",
                  "occurrence_extend", "headline_refresh", "trend_refresh", "_window", "_signature",
-                 "placed_neighbours", "_judged_totals", "_prior"):
+                 "placed_neighbours", "judged_totals", "_prior"):
         steps.wrap(refresh, name, f"refresh.{name}")
     for name in ("statements_collect", "statement_vectors", "judged_traces"):
         steps.wrap(insights, name, f"build.{name}")
