@@ -188,8 +188,10 @@ def test_issue_19_acceptance_releases_rollback_and_a_second_job_on_the_live_rele
         assert EvolutionJob.objects.get(pk=job2.pk).state == "AWAITING_CONSENT"
         check("evolution-job-base-stale")
         page.once("dialog", lambda dialog: dialog.accept())
-        with page.expect_navigation():  # the stale job's page has a based-on line too: wait for the new one's
-            page.click("[data-testid=restart]")
+        page.click("[data-testid=restart]")
+        # The stale job's page has a based-on line too, and its poll sees the job cancelled while the restart is
+        # sent (clear.js must not reload over the submission): wait for the new job's page.
+        page.wait_for_url(lambda url: "/jobs/" in url and f"/jobs/{job2.pk}/" not in url, timeout=30_000)
         page.wait_for_selector("[data-testid=based-on]")
         job3 = EvolutionJob.objects.filter(project=project).order_by("-pk").first()
         assert job3.pk != job2.pk and f"/jobs/{job3.pk}/" in page.url

@@ -98,11 +98,16 @@
 // moves (the page is rendered by the server), stop when it ends. The Evolve form: a fixture radio fills the script path.
 (function () {
   "use strict";
+  // A form sent from the page (approve, restart, stop) navigates by itself: a reload racing it would cancel the
+  // submission's navigation and leave the user on the page they were leaving.
+  var leaving = false;
+  document.addEventListener("submit", function (event) { if (!event.defaultPrevented) { leaving = true; } });
   document.querySelectorAll("[data-evolution-poll]").forEach(function (live) {
     var url = live.getAttribute("data-evolution-poll");
     var version = live.getAttribute("data-state-version");
     var failures = 0;
     var tick = function () {
+      if (leaving) { return; }
       fetch(url, { headers: { "Accept": "application/json" }, credentials: "same-origin" })
         .then(function (response) {
           if (!response.ok) { throw new Error("HTTP " + response.status); }
@@ -110,6 +115,7 @@
         })
         .then(function (status) {
           failures = 0;
+          if (leaving) { return; }
           if (String(status.state_version) !== version) { window.location.reload(); return; }
           var state = live.querySelector('[data-field="state"]');
           if (state) { state.textContent = status.state; }
