@@ -9,6 +9,8 @@
 - CLEAR_CONTRASTIVE_FDR (0.1), CLEAR_CONTRASTIVE_MIN_SUPPORT (3), CLEAR_CONTRASTIVE_MAX_TRACES (5000): the
   contrastive judge's Benjamini–Hochberg level, failing traces a feature must be in, and the most traces with an
   outcome it compares (diagnosis/judges/contrastive.py).
+- CLEAR_WRITE_TOOL_VERBS (book, cancel, create, delete, send, update, …): a tool whose name starts with one of these
+  words changes state (a "write"); the contrastive judge tests writes as a class (diagnosis/judges/contrastive_tasks.py).
 - CLEAR_TRACE_QUIET_SECONDS and CLEAR_JUDGE_MODEL live in clear/settings/base.py.
 """
 
@@ -59,6 +61,18 @@ def contrastive_fdr() -> float:
 
 def contrastive_min_support() -> int:
     return max(1, int(_get("CLEAR_CONTRASTIVE_MIN_SUPPORT", env_int("CLEAR_CONTRASTIVE_MIN_SUPPORT", 3))))
+
+
+# First words of tool names that change state. "transfer" is left out: agents mostly use it for hand-offs.
+WRITE_TOOL_VERBS = ("add", "append", "approve", "assign", "book", "cancel", "charge", "close", "create", "delete",
+                    "deploy", "drop", "edit", "grant", "insert", "issue", "merge", "modify", "move", "patch", "pay",
+                    "post", "publish", "purchase", "put", "refund", "reject", "remove", "rename", "replace", "reserve",
+                    "reset", "revoke", "save", "schedule", "send", "set", "submit", "update", "upsert", "write")
+
+
+def write_tool_verbs() -> frozenset[str]:
+    verbs = _get("CLEAR_WRITE_TOOL_VERBS", env_list("CLEAR_WRITE_TOOL_VERBS", list(WRITE_TOOL_VERBS)))
+    return frozenset(verb.lower() for verb in verbs)
 
 
 def contrastive_max_traces() -> int:

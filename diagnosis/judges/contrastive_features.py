@@ -17,7 +17,7 @@ from itertools import combinations, pairwise
 from statistics import median
 
 from diagnosis.judges.contract import Evidence, SpanView, TraceView
-from diagnosis.judges.contrastive_tasks import task_features, unpreceded_features
+from diagnosis.judges.contrastive_tasks import task_features, unconfirmed_features, unpreceded_features
 from diagnosis.judges.rules.repetition import REPEATED_CALL_THRESHOLD
 from diagnosis.judges.text import dump, error_pattern, error_payload, maybe_json, normalise, plain_text, value_text
 
@@ -26,7 +26,7 @@ from diagnosis.judges.text import dump, error_pattern, error_payload, maybe_json
 # Within-task kinds come after what a node itself did: a run that routed wrongly also lacks the call the right
 # worker makes, and the routing is the cause.
 KIND_ORDER = ("lost", "repeat", "error_type", "route", "error", "arg", "task_arg", "task_missing", "task_extra",
-              "unpreceded", "before", "without", "items", "count", "steps", "handoff", "calls", "node")
+              "unconfirmed", "unpreceded", "before", "without", "items", "count", "steps", "handoff", "calls", "node")
 MAX_COUNT_THRESHOLD = 5  # "called at least k times" for k = 2..5: beyond that one more call says nothing new
 _SHORT_VALUE = re.compile(r"^[A-Za-z][\w .:/-]{0,39}$")  # a word-like value (routing targets, intents, error codes)
 _IDENTIFIER = re.compile(r"\b[A-Za-z][A-Za-z_]*[-_]?\d{2,}[A-Za-z0-9_-]*\b")  # O-5010, INV-9011, 1Z-…, KB-204
@@ -305,6 +305,7 @@ def run_features(traces: list[TraceView]) -> dict[str, dict[str, Hit]]:
                       phrase=f"`{node}` takes more steps than usual (over {medians[node]:g} spans)")
     task_features(traces, features, _collector_for)
     unpreceded_features(traces, features, _collector_for)
+    unconfirmed_features(traces, features, _collector_for)
     return features
 
 

@@ -12,10 +12,15 @@ a fact about the run, not about its outcome):
   pass it (the argument that differs);
 * `task_extra`: a tool none of the other succeeding runs calls is called (the extra call).
 
+Arguments are compared whole: a scalar as its text, a list or object in a canonical form (keys sorted, list items
+sorted), so `flights` or `payment_methods` passed differently count as a different argument.
+
 Each comes per tool (and argument name) and in general ("a tool the task's succeeding runs call is not called"),
 the general one naming the tool of each trace in its note: each task needs its own actions, so the same mistake
 (forgetting the write the task needs) recurs over tasks with different tools, and only the general feature reaches
-the support a test needs.
+the support a test needs. The general features come twice: over every tool, and over write tools only (a tool whose
+name starts with a verb in CLEAR_WRITE_TOOL_VERBS: `cancel_reservation`, `createIssue`), since a missing or extra
+lookup is mostly harmless while a missing or extra write is the outcome itself.
 
 The judge then tests them like every other feature (Fisher over all runs with an outcome, Benjamini–Hochberg with
 the rest), so a mistake has to recur over tasks to be reported. Features key on the tool (and argument name), never on
@@ -24,16 +29,33 @@ a task's values, so one finding gathers the same mistake across tasks. Nothing h
 Across tasks, `unpreceded`: a tool is called with no call to another tool before it, where that other tool precedes
 it in a run of the same task that succeeded (or, for runs with no task id, nowhere) — "`update_reservation` is
 called without `get_reservation_details` before it".
+
+Across tasks, `unconfirmed`: a write tool is called where the model turn that asked for it went on from a tool
+result, with no user message since (the user was not asked to confirm the change).
 """
 
 from __future__ import annotations
 
+import json
+import re
 from collections import Counter, defaultdict
 
+from diagnosis import conf
 from diagnosis.judges.contract import SpanView, TraceView
 from diagnosis.judges.text import maybe_json
 
 _KEY = "{kind}|{node}|{tool}"
+_WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
+_SCALAR_MAX = 60  # longer text is prose (a reason, a message), which differs between good runs too
+_STRUCTURED_MAX = 600  # a list or object this long at most is compared whole
+_TOOL_RESULT_ROLES = ("tool", "function", "ipython")
+
+
+def is_write_tool(name: str, verbs: frozenset[str]) -> bool:
+    """`cancel_reservation`, `createIssue`, `github.create_issue`: the first word of the name's last part is a verb
+    that changes state."""
+    words = _WORD.findall(re.split(r"[./:]", name)[-1])
+    return bool(words) and words[0].lower() in verbs
 
 
 def _calls(trace: TraceView) -> dict[str, list[SpanView]]:
@@ -44,11 +66,28 @@ def _calls(trace: TraceView) -> dict[str, list[SpanView]]:
     return calls
 
 
-def _short_args(span: SpanView) -> dict[str, str]:
+def _canonical(value) -> str:
+    if isinstance(value, list):
+        return "[" + ",".join(sorted(_canonical(item) for item in value)) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{json.dumps(str(k))}:{_canonical(v)}" for k, v in sorted(value.items())) + "}"
+    return json.dumps(value)
+
+
+def _arg_values(span: SpanView) -> dict[str, tuple[str, bool]]:
+    """argument name -> (its value in comparable form, whether it is a list or object)."""
     arguments = maybe_json(span.input)
     if not isinstance(arguments, dict):
         return {}
-    return {str(k): str(v) for k, v in arguments.items() if isinstance(v, (str, int, float, bool)) and len(str(v)) <= 60}
+    values: dict[str, tuple[str, bool]] = {}
+    for key, value in arguments.items():
+        if isinstance(value, (str, int, float, bool)) and len(str(value)) <= _SCALAR_MAX:
+            values[str(key)] = (str(value), False)
+        elif isinstance(value, (list, dict)) and value:
+            text = _canonical(value)
+            if len(text) <= _STRUCTURED_MAX:
+                values[str(key)] = (text, True)
+    return values
 
 
 def _anchor(trace: TraceView) -> SpanView | None:
@@ -65,6 +104,7 @@ def task_features(traces: list[TraceView], features: dict[str, dict], collector)
         if trace.task_id:
             by_task[trace.task_id].append(trace)
     calls = {t.trace_id: _calls(t) for t in traces}
+    verbs = conf.write_tool_verbs()
     for runs in by_task.values():
         succeeded = [t for t in runs if t.outcome == "success"]
         for trace in runs:
@@ -84,6 +124,11 @@ def task_features(traces: list[TraceView], features: dict[str, dict], collector)
                     c.add(f"task_missing|{node}", kind="task_missing", node=node, span=anchor, quote="",
                           note=f"`{tool}` is not called",
                           phrase="a tool the task's succeeding runs call is not called")
+                    if is_write_tool(tool, verbs):
+                        c.add(f"task_missing|{node}|write", kind="task_missing", node=node, span=anchor, quote="",
+                              note=f"`{tool}` is not called",
+                              phrase="a write tool (one that changes state) the task's succeeding runs call is not "
+                                     "called")
             seen_anywhere = set().union(*(set(calls[o.trace_id]) for o in others))
             for tool, spans in mine.items():
                 node = spans[0].node
@@ -94,28 +139,39 @@ def task_features(traces: list[TraceView], features: dict[str, dict], collector)
                     c.add(f"task_extra|{node}", kind="task_extra", node=node, span=spans[0],
                           quote=c.quote(spans[0], tool), note=f"`{tool}` is called",
                           phrase="a tool the task's succeeding runs do not call is called")
+                    if is_write_tool(tool, verbs):
+                        c.add(f"task_extra|{node}|write", kind="task_extra", node=node, span=spans[0],
+                              quote=c.quote(spans[0], tool), note=f"`{tool}` is called",
+                              phrase="a write tool (one that changes state) the task's succeeding runs do not call "
+                                     "is called")
                     continue
                 expected: dict[str, set[str]] = defaultdict(set)
                 for other in others:
                     for span in calls[other.trace_id].get(tool, []):
-                        for key, value in _short_args(span).items():
+                        for key, (value, _) in _arg_values(span).items():
                             expected[key].add(value)
                 given: dict[str, set[str]] = defaultdict(set)
-                first: dict[str, SpanView] = {}
+                first: dict[str, tuple[SpanView, str, bool]] = {}
                 for span in spans:
-                    for key, value in _short_args(span).items():
+                    for key, (value, structured) in _arg_values(span).items():
                         given[key].add(value)
-                        first.setdefault(key, span)
+                        first.setdefault(key, (span, value, structured))
                 for key in sorted(set(given) & set(expected)):
                     if given[key].isdisjoint(expected[key]):
-                        span = first[key]
-                        value = sorted(given[key])[0]
-                        quote = c.quote(span, f'"{key}": "{value}"', f'"{key}":"{value}"', value)
+                        span, value, structured = first[key]
+                        if structured:
+                            quote, note = c.quote(span, f'"{key}"', key), f"`{tool}` with another `{key}`"
+                        else:
+                            quote = c.quote(span, f'"{key}": "{value}"', f'"{key}":"{value}"', value)
+                            note = f"`{tool}` with `{key}: {value}`"
                         c.add(f"task_arg|{node}|{tool}|{key}", kind="task_arg", node=node, span=span, quote=quote,
                               phrase=f"`{tool}` is called with another `{key}` than the task's succeeding runs pass")
-                        c.add(f"task_arg|{node}", kind="task_arg", node=node, span=span, quote=quote,
-                              note=f"`{tool}` with `{key}: {value}`",
+                        c.add(f"task_arg|{node}", kind="task_arg", node=node, span=span, quote=quote, note=note,
                               phrase="a tool is called with another argument than the task's succeeding runs pass")
+                        if is_write_tool(tool, verbs):
+                            c.add(f"task_arg|{node}|write", kind="task_arg", node=node, span=span, quote=quote,
+                                  note=note, phrase="a write tool (one that changes state) is called with another "
+                                                    "argument than the task's succeeding runs pass")
 
 
 def unpreceded_features(traces: list[TraceView], features: dict[str, dict], collector) -> None:
@@ -151,3 +207,39 @@ def unpreceded_features(traces: list[TraceView], features: dict[str, dict], coll
             c = c or collector(trace, features[trace.trace_id])
             c.add(f"unpreceded|{a}|{b}", kind="unpreceded", node=first_b.node, span=first_b,
                   quote=c.quote(first_b, b), phrase=f"`{b}` is called without `{a}` before it")
+
+
+def _messages(value) -> list[dict]:
+    value = maybe_json(value)
+    if isinstance(value, dict):
+        value = value.get("messages")
+    return [m for m in value if isinstance(m, dict) and m.get("role")] if isinstance(value, list) else []
+
+
+def unconfirmed_features(traces: list[TraceView], features: dict[str, dict], collector) -> None:
+    """`unconfirmed|node|tool`: a write tool called where the model turn before it (the last LLM span that started
+    before the call) ends its input on a tool result: the agent went from a result to the change without a user
+    message in between. Turns whose input carries no roles say nothing either way."""
+    verbs = conf.write_tool_verbs()
+    for trace in traces:
+        c = None
+        last_turn: SpanView | None = None
+        for span in sorted(trace.spans, key=lambda s: s.start_time):
+            if span.kind == "LLM":
+                last_turn = span
+                continue
+            if span.kind != "TOOL" or last_turn is None:
+                continue
+            tool = span.tool_name or span.name
+            if not is_write_tool(tool, verbs):
+                continue
+            messages = [m for m in _messages(last_turn.input) if m["role"] != "system"]
+            if not messages or messages[-1]["role"] not in _TOOL_RESULT_ROLES:
+                continue
+            c = c or collector(trace, features[trace.trace_id])
+            quote = c.quote(span, tool)
+            c.add(f"unconfirmed|{span.node}|{tool}", kind="unconfirmed", node=span.node, span=span, quote=quote,
+                  phrase=f"`{tool}` (a write) is called with no user message since the last tool result")
+            c.add(f"unconfirmed|{span.node}", kind="unconfirmed", node=span.node, span=span, quote=quote,
+                  note=f"`{tool}` is called", phrase="a write tool is called with no user message since the last "
+                                                     "tool result")

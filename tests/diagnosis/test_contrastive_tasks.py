@@ -122,3 +122,83 @@ def test_the_run_page_shows_suggestive_hypotheses_with_p_and_q(project, owner):
     assert 'data-testid="contrastive-suggestive"' in page and "No hypothesis passed the correction" in page
     first = report["suggestive"][0]
     assert first["statement"] in page
+
+
+@pytest.mark.parametrize(("name", "write"), [
+    ("cancel_reservation", True), ("createIssue", True), ("github.create_issue", True), ("UpdateAddress", True),
+    ("send-note", True), ("get_reservation_details", False), ("search_direct_flight", False), ("think", False),
+    ("transfer_to_human_agents", False), ("bookkeeping_report", False),
+])
+def test_a_write_tool_is_named_by_a_verb_that_changes_state(name, write):
+    from diagnosis.conf import write_tool_verbs
+    from diagnosis.judges.contrastive_tasks import is_write_tool
+
+    assert is_write_tool(name, write_tool_verbs()) is write
+
+
+def test_write_tool_verbs_come_from_the_setting(settings):
+    from diagnosis.conf import write_tool_verbs
+    from diagnosis.judges.contrastive_tasks import is_write_tool
+
+    settings.CLEAR_WRITE_TOOL_VERBS = ["Transfer"]
+    assert is_write_tool("transfer_to_human_agents", write_tool_verbs())
+    assert not is_write_tool("cancel_reservation", write_tool_verbs())
+
+
+def test_missing_and_extra_writes_are_a_class_of_their_own_and_lookups_are_not_in_it():
+    from diagnosis.judges.contrastive_features import run_features
+
+    ok = [("get_details", {"id": "1"}), ("cancel", {"id": "1"})]
+    runs = [_run("no-write", "task", "failure", [("get_details", {"id": "1"})]),
+            _run("no-lookup", "task", "failure", [("cancel", {"id": "1"})]),
+            _run("extra-write", "task", "failure", [*ok, ("refund", {"id": "1"})]),
+            _run("extra-lookup", "task", "failure", [*ok, ("lookup_user", {"id": "1"})]),
+            _run("s1", "task", "success", ok), _run("s2", "task", "success", ok)]
+    features = run_features(runs)
+    assert "task_missing|agent|write" in features["no-write"]
+    assert features["no-write"]["task_missing|agent|write"].notes == ["`cancel` is not called"]
+    assert "task_missing|agent" in features["no-lookup"] and "task_missing|agent|write" not in features["no-lookup"]
+    assert "task_extra|agent|write" in features["extra-write"]
+    assert "task_extra|agent" in features["extra-lookup"] and "task_extra|agent|write" not in features["extra-lookup"]
+    assert not any(key.endswith("|write") for key in features["s1"])
+
+
+def test_a_list_argument_is_compared_whole_whatever_the_order_of_its_items():
+    from diagnosis.judges.contrastive_features import run_features
+
+    good = [{"flight_number": "HAT136", "date": "2024-05-20"}, {"flight_number": "HAT039", "date": "2024-05-20"}]
+    runs = [_run("reordered", "task", "success", [("update_flights", {"id": "R1", "flights": good[::-1]})]),
+            _run("wrong", "task", "failure", [("update_flights", {"id": "R1", "flights": [good[0], {
+                "flight_number": "HAT040", "date": "2024-05-20"}]})]),
+            _run("s1", "task", "success", [("update_flights", {"id": "R1", "flights": good})]),
+            _run("s2", "task", "success", [("update_flights", {"id": "R1", "flights": good})])]
+    features = run_features(runs)
+    assert "task_arg|agent|update_flights|flights" in features["wrong"]
+    hit = features["wrong"]["task_arg|agent|write"]
+    assert hit.notes == ["`update_flights` with another `flights`"] and hit.evidence[0].quote == '"flights"'
+    assert not any(key.startswith("task_arg") for key in features["reordered"])
+
+
+def _turn(span_id: str, at: float, last_role: str):
+    from tests.diagnosis.support import span as make_span
+
+    return make_span(span_id, kind="LLM", node="agent", at=at,
+                     input=[{"role": "system", "content": "Policy."}, {"role": last_role, "content": "..."}])
+
+
+def test_a_write_right_after_a_tool_result_with_no_user_message_is_unconfirmed():
+    from diagnosis.judges.contrastive_features import run_features
+
+    tool = lambda span_id, at, name: span(span_id, kind="TOOL", node="agent", at=at, tool_name=name,  # noqa: E731
+                                          name=f"execute_tool {name}", input={"id": "1"}, output={"ok": True})
+    unconfirmed = replace(view(_turn("l1", 1, "user"), tool("t1", 2, "get_details"), _turn("l2", 3, "tool"),
+                               tool("t2", 4, "cancel")), trace_id="u", outcome="failure")
+    confirmed = replace(view(_turn("l1", 1, "user"), tool("t1", 2, "get_details"), _turn("l2", 3, "user"),
+                             tool("t2", 4, "cancel")), trace_id="c", outcome="success")
+    lookup = replace(view(_turn("l1", 1, "tool"), tool("t1", 2, "get_details")), trace_id="r", outcome="success")
+    features = run_features([unconfirmed, confirmed, lookup])
+    hit = features["u"]["unconfirmed|agent"]
+    assert hit.notes == ["`cancel` is called"] and [e.span_id for e in hit.evidence] == ["t2"]
+    assert features["u"]["unconfirmed|agent|cancel"].phrase.startswith("`cancel` (a write) is called with no user")
+    assert not any(key.startswith("unconfirmed") for key in features["c"])
+    assert not any(key.startswith("unconfirmed") for key in features["r"])
