@@ -30,7 +30,8 @@ from diagnosis.judges.contract import Evidence, JudgeIssue, JudgeResult, TraceVi
 from diagnosis.judges.contrastive_features import Hit, run_features
 
 CONTRASTIVE_JUDGE = "contrastive"
-CONTRASTIVE_VERSION = "contrastive-1"
+# 2: succeeding traces with a finding's feature get a passing result carrying it (insights count them).
+CONTRASTIVE_VERSION = "contrastive-2"
 MIN_SUPPORT = 3  # failing traces a feature must be present in to be tested
 MIN_OUTCOMES = 3  # failing and succeeding traces each, below which the judge does not run
 # Benjamini–Hochberg level. 0.1, the usual level of an exploratory screen: a fault that fails 4 of 44 traces and
@@ -54,7 +55,8 @@ class Finding:
     q_value: float = 1.0
     traces: frozenset[str] = frozenset()  # every trace (failing or not) with the feature
     evidence: dict[str, list[Evidence]] = field(default_factory=dict)  # failing trace id -> spans carrying it
-    notes: dict[str, list[str]] = field(default_factory=dict)  # failing trace id -> what it is there (general phrases)
+    evidence_succeeding: dict[str, list[Evidence]] = field(default_factory=dict)  # the same, succeeding traces
+    notes: dict[str, list[str]] = field(default_factory=dict)  # trace id -> what it is there (general phrases)
     equivalent: list[str] = field(default_factory=list)  # keys of features present in exactly the same traces
 
     @property
@@ -184,7 +186,8 @@ def contrastive_findings(traces: list[TraceView], *, min_support: int = MIN_SUPP
             key=key, kind=first.kind, node=first.node, phrase=first.phrase, failing_with=a, succeeding_with=b,
             failing_total=len(failing), succeeding_total=len(succeeding), odds_ratio=odds, p_value=p, q_value=q,
             traces=candidate.traces, evidence={t: hits[t].evidence for t in sorted(candidate.traces & failing)},
-            notes={t: hits[t].notes for t in sorted(candidate.traces & failing) if hits[t].notes},
+            evidence_succeeding={t: hits[t].evidence for t in sorted(candidate.traces & succeeding)},
+            notes={t: hits[t].notes for t in sorted(candidate.traces) if hits[t].notes},
             equivalent=sorted(k for k in candidate.hits if k != key))
 
     found = [finding(candidate, *table, q) for candidate, table, q in zip(candidates, tables, q_values) if q <= fdr]
@@ -230,12 +233,17 @@ def _explain_away(findings: list[Finding], *, failing: frozenset[str], succeedin
 
 
 def contrastive_results(report: ContrastiveReport) -> dict[str, list[JudgeResult]]:
-    """trace id -> the failing results of its findings: one per span a finding targets in that trace (its first
-    evidence span, at the finding's node); findings targeting the same span share one result."""
+    """trace id -> the results of its findings: one per span a finding targets in that trace (its first evidence span,
+    at the finding's node); findings targeting the same span share one result. A failing trace's result fails; a
+    succeeding trace that has the feature too gets a passing result with the same issue at low severity, so the
+    insight the finding becomes counts the succeeding traces it shows in (its lift and its failing / succeeding
+    counts are the finding's, not failures only)."""
     by_trace: dict[str, dict[str, JudgeResult]] = {}
     for finding in report.findings:
         severity = "high" if finding.rate_with >= 0.8 else "medium"
-        for trace_id, evidence in finding.evidence.items():
+        carriers = [(trace_id, evidence, True) for trace_id, evidence in finding.evidence.items()]
+        carriers += [(trace_id, evidence, False) for trace_id, evidence in finding.evidence_succeeding.items()]
+        for trace_id, evidence, failed in carriers:
             if not evidence:
                 continue
             target = evidence[0].span_id
@@ -243,12 +251,14 @@ def contrastive_results(report: ContrastiveReport) -> dict[str, list[JudgeResult
             result = results.get(target)
             if result is None:
                 result = results[target] = JudgeResult(
-                    judge=CONTRASTIVE_JUDGE, target_span_id=target, status="ok", score=0.0, verdict="fail",
-                    critique="Features more frequent in failing traces than in succeeding ones.",
-                    prompt_version=CONTRASTIVE_VERSION, details={"findings": []})
+                    judge=CONTRASTIVE_JUDGE, target_span_id=target, status="ok", score=0.0 if failed else 1.0,
+                    verdict="fail" if failed else "pass",
+                    critique="Features more frequent in failing traces than in succeeding ones." if failed else
+                    "Features more frequent in failing traces than in succeeding ones; this trace has them and "
+                    "succeeded.", prompt_version=CONTRASTIVE_VERSION, details={"findings": []})
             notes = finding.notes.get(trace_id)
             detail = finding.detail + (f"; in this trace: {', '.join(notes)}" if notes else "")
-            result.issues.append(JudgeIssue(title=finding.title, detail=detail, severity=severity,
+            result.issues.append(JudgeIssue(title=finding.title, detail=detail, severity=severity if failed else "low",
                                             evidence=[Evidence(e.span_id, e.quote) for e in evidence]))
             result.details["findings"].append(finding.as_dict())
     return {trace_id: list(results.values()) for trace_id, results in by_trace.items()}

@@ -202,3 +202,23 @@ def test_a_write_right_after_a_tool_result_with_no_user_message_is_unconfirmed()
     assert features["u"]["unconfirmed|agent|cancel"].phrase.startswith("`cancel` (a write) is called with no user")
     assert not any(key.startswith("unconfirmed") for key in features["c"])
     assert not any(key.startswith("unconfirmed") for key in features["r"])
+
+
+def test_a_succeeding_trace_with_a_findings_feature_gets_a_passing_result_that_carries_it():
+    # Its insight then counts the succeeding traces it shows in: "40 failing / 0 succeeding" would hide the 7
+    # successes that have the feature too, and overstate the lift.
+    runs = [_run(f"f{i}", "", "failure", [("lookup_user", {})] + ([("send_note", {})] if i < 8 else []))
+            for i in range(10)]
+    runs += [_run(f"s{i}", "", "success", [("lookup_user", {})] + ([("send_note", {})] if i < 1 else []))
+             for i in range(10)]
+    report = contrastive_findings(runs)
+    finding = next(f for f in report.findings if "send_note" in f.phrase)
+    assert (finding.failing_with, finding.succeeding_with) == (8, 1)
+    results = contrastive_results(report)
+    failing = next(r for r in results["f0"] if any(i.title == finding.title for i in r.issues))
+    assert (failing.verdict, failing.score) == ("fail", 0.0)
+    [passing] = [r for r in results["s0"] if any(i.title == finding.title for i in r.issues)]
+    assert (passing.verdict, passing.score) == ("pass", 1.0) and "succeeded" in passing.critique
+    issue = next(i for i in passing.issues if i.title == finding.title)
+    assert issue.severity == "low" and issue.evidence and issue.evidence[0].span_id in {s.span_id for s in runs[10].spans}
+    assert "s1" not in results  # a succeeding trace without the feature gets nothing
