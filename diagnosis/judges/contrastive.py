@@ -16,7 +16,8 @@ Unlike the other judges it looks at all the traces of a run together, and only a
 Each finding is one statement with its numbers ("fails 100% vs 32% when `invoice_lookup` is called 3+ times with
 identical arguments"), attributed to the node where the feature shows, and becomes one failing result per failing
 trace that carries it, citing that trace's spans (`contrastive_results`): an issue titled "Fails more often when …"
-(the pattern; insights are named after it) whose detail carries the numbers.
+(the pattern; insights are named after it) whose detail carries the numbers. A succeeding trace that carries it
+gets a passing result with the same issue at low severity, so the finding's insight counts it too.
 """
 
 from __future__ import annotations
