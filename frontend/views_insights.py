@@ -15,6 +15,7 @@ from django.views.decorators.http import require_POST
 
 from clear.errors import ClearError, NotFoundError
 from clear.projects.models import Project
+from diagnosis.attribution.selectors import attribution_summary_for_insight, attribution_summary_map
 from diagnosis.models import Insight
 from diagnosis.selectors import (
     diagnosis_run_latest,
@@ -140,6 +141,7 @@ def insight_detail(request: HttpRequest, slug: str, insight_id: int) -> HttpResp
         "ticket": ticket_for_insight(project=project, insight=insight),
         "statuses": Insight.Status.choices, "evidence_node": node,
         "evolution_fix": evolution_insight_fix_note(project=project, insight=insight),  # _insight_fix_note.html
+        "attribution": attribution_summary_for_insight(project=project, insight=insight),
     }
     return render(request, "frontend/insight.html", context)
 
@@ -191,6 +193,12 @@ def ticket_list_view(request: HttpRequest, slug: str) -> HttpResponse:
         status = "open"
     page = keyset_page(ticket_list(project=project, status=status), field="frequency",
                        cursor=request.GET.get("cursor"), limit=PAGE_SIZE)
+    # The node most blamed in each ticket's failing traces: the whole page's in two queries.
+    summaries = attribution_summary_map(project=project, insight_ids={t.insight_id for t in page.items if t.insight_id},
+                                        top=0)
+    for ticket in page.items:
+        summary = summaries.get(ticket.insight_id)
+        ticket.attribution = summary if summary and summary["agents"] else None
     context = {
         "project": project, "nav": "tickets", "tickets": page.items, "page": page, "status": status,
         "status_filters": [(s, s.replace("_", " ")) for s in STATUS_FILTERS],

@@ -127,18 +127,22 @@ class _Board:
         self.steps = steps
         self.scores: dict[int, float] = {}
         self.reasons: dict[int, list[tuple[float, str]]] = {}
+        self.kinds: dict[int, dict[str, float]] = {}  # what each piece of evidence was (the learned method's inputs)
 
-    def add(self, position: int, weight: float, why: str) -> None:
+    def add(self, position: int, weight: float, why: str, kind: str = "other") -> None:
         target = author(self.steps, position).position
         self.scores[target] = self.scores.get(target, 0.0) + weight
         self.reasons.setdefault(target, []).append((weight, why))
+        kinds = self.kinds.setdefault(target, {})
+        kinds[kind] = kinds.get(kind, 0.0) + weight
 
 
 def _feedback(board: _Board, steps: list[Step], signals: list[FeedbackSignal]) -> None:
     by_span = {step.span_id: step.position for step in steps}
     for signal in signals:
         if signal.root_cause_span_id and signal.root_cause_span_id in by_span:
-            board.add(by_span[signal.root_cause_span_id], ROOT_CAUSE, f"{signal.judge} named it the root cause")
+            board.add(by_span[signal.root_cause_span_id], ROOT_CAUSE, f"{signal.judge} named it the root cause",
+                      "root_cause")
         if signal.verdict != "fail":
             continue
         cited = [signal.span_id] if signal.span_id else []
@@ -150,15 +154,15 @@ def _feedback(board: _Board, steps: list[Step], signals: list[FeedbackSignal]) -
         if signal.judge in ("rule.exit_code", "rule.span_error", "rule.tool_error") and not steps[first].is_actor:
             later_ok = any(not s.is_actor and s.agent == steps[first].agent and s.status != "error"
                            for s in steps[first + 1:])
-            board.add(first, TOOL_ERROR, f"the code it issued failed ({signal.judge})")
+            board.add(first, TOOL_ERROR, f"the code it issued failed ({signal.judge})", "tool_error")
             if not later_ok:
-                board.add(first, TOOL_ERROR_UNRECOVERED, "and no later run recovered")
+                board.add(first, TOOL_ERROR_UNRECOVERED, "and no later run recovered", "tool_error_unrecovered")
         elif signal.judge == "llm.step" or signal.judge.startswith("llm."):
-            board.add(first, STEP_FAIL.get(signal.severity, 0.5), f"{signal.judge} failed it")
+            board.add(first, STEP_FAIL.get(signal.severity, 0.5), f"{signal.judge} failed it", "step_fail")
         elif signal.judge in ("rule.loop", "rule.repeated_tool_call"):
-            board.add(first, LOOP, f"{signal.judge}: it repeated itself")
+            board.add(first, LOOP, f"{signal.judge}: it repeated itself", "loop")
         else:
-            board.add(first, OTHER_FAIL, f"{signal.judge} failed it")
+            board.add(first, OTHER_FAIL, f"{signal.judge} failed it", "other_fail")
 
 
 def _text(board: _Board, steps: list[Step], goal: str) -> None:
@@ -170,15 +174,17 @@ def _text(board: _Board, steps: list[Step], goal: str) -> None:
         if _substantive(step):
             strong = _STRONG.search(step.text)
             if strong and not fabricated:
-                board.add(step.position, FABRICATION, f"it works with invented data ({strong.group(0)!r})")
+                board.add(step.position, FABRICATION, f"it works with invented data ({strong.group(0)!r})", "fabrication")
                 fabricated = True
             elif strong:
-                board.add(step.position, FABRICATION_LATER, f"it keeps using invented data ({strong.group(0)!r})")
+                board.add(step.position, FABRICATION_LATER, f"it keeps using invented data ({strong.group(0)!r})",
+                          "fabrication_later")
             elif _WEAK.search(step.text):
-                board.add(step.position, ASSUMPTION, f"it assumes ({_WEAK.search(step.text).group(0)!r})")
+                board.add(step.position, ASSUMPTION, f"it assumes ({_WEAK.search(step.text).group(0)!r})", "assumption")
             new = {n for n in numbers - seen_numbers if len(n.strip("-")) >= 2}
             if len(new) >= UNSUPPORTED_MIN_VALUES and not _CODE.search(step.text) and not _BROWSED.match(step.text):
-                board.add(step.position, UNSUPPORTED, f"it states {len(new)} new figures without code or a source")
+                board.add(step.position, UNSUPPORTED, f"it states {len(new)} new figures without code or a source",
+                          "unsupported")
         seen_numbers |= numbers
     if not actors:
         return
@@ -192,23 +198,43 @@ def _text(board: _Board, steps: list[Step], goal: str) -> None:
     if firsts:
         first, value = min(firsts)
         if author(steps, first).position < final.position:
-            board.add(first, PROVENANCE, f"the final answer's value {value[:40]!r} first appears here")
+            board.add(first, PROVENANCE, f"the final answer's value {value[:40]!r} first appears here", "provenance")
         else:
-            board.add(first, PROVENANCE_FINAL, "the final answer is first stated here")
+            board.add(first, PROVENANCE_FINAL, "the final answer is first stated here", "provenance_final")
+
+
+EVIDENCE_KINDS = ("prior", "root_cause", "tool_error", "tool_error_unrecovered", "step_fail", "loop", "other_fail",
+                  "fabrication", "fabrication_later", "assumption", "unsupported", "provenance", "provenance_final")
+
+
+def _board(steps: list[Step], goal: str, signals: list[FeedbackSignal]) -> _Board:
+    board = _Board(steps)
+    candidates = [s for s in steps if _substantive(s)] or [s for s in steps if s.is_actor] or list(steps)
+    for step in candidates:
+        board.scores.setdefault(step.position, 0.0)
+        board.kinds.setdefault(step.position, {})
+        prior = PRIOR * (1 - step.position / len(steps))
+        board.scores[step.position] += prior
+        board.kinds[step.position]["prior"] = prior
+        board.reasons.setdefault(step.position, []).append((prior, "early in the run"))
+    _feedback(board, steps, signals)
+    _text(board, steps, goal)
+    return board
+
+
+def step_evidence(*, steps: list[Step], goal: str = "", signals: list[FeedbackSignal] | None = None
+                  ) -> dict[int, dict[str, float]]:
+    """position -> evidence kind -> weight, for every candidate step (and every step evidence was charged to): the
+    heuristic's pieces of evidence kept apart, for the learned method (learned.py) to weigh."""
+    if not steps:
+        return {}
+    return _board(steps, goal, signals or []).kinds
 
 
 def attribute_heuristic(*, steps: list[Step], goal: str = "", signals: list[FeedbackSignal] | None = None) -> Decision:
     if not steps:
         return Decision(step=None, confidence=0.0, reason="the trace has no steps", candidates=[])
-    board = _Board(steps)
-    candidates = [s for s in steps if _substantive(s)] or [s for s in steps if s.is_actor] or list(steps)
-    for step in candidates:
-        board.scores.setdefault(step.position, 0.0)
-        prior = PRIOR * (1 - step.position / len(steps))
-        board.scores[step.position] += prior
-        board.reasons.setdefault(step.position, []).append((prior, "early in the run"))
-    _feedback(board, steps, signals or [])
-    _text(board, steps, goal)
+    board = _board(steps, goal, signals or [])
     ranked = sorted(board.scores.items(), key=lambda item: (-item[1], item[0]))
     best_position, best_score = ranked[0]
     exps = [math.exp(score - best_score) for _, score in ranked]

@@ -9,6 +9,7 @@ from traces.models import Trace
 
 class Attribution(models.Model):
     class Method(models.TextChoices):
+        LEARNED = "learned", "Learned (offline, nested cross-validation)"
         HEURISTIC = "heuristic", "Heuristic (offline)"
         ALL_AT_ONCE = "all_at_once", "LLM: all at once"
         STEP_BY_STEP = "step_by_step", "LLM: step by step"

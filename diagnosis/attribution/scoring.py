@@ -32,6 +32,7 @@ class ScoreReport:
     labels_without_trace: int = 0
     computed: int = 0
     rows: list[dict] = field(default_factory=list)
+    baselines: dict[str, dict] = field(default_factory=dict)  # label-free baselines on the same traces
 
     def rate(self, value: int) -> float:
         return value / self.count if self.count else 0.0
@@ -45,6 +46,7 @@ class ScoreReport:
             "step_within_3": round(self.rate(self.step_within_3), 4),
             "errors": self.errors, "inconclusive": self.inconclusive,
             "labels_without_trace": self.labels_without_trace, "computed": self.computed,
+            "baselines": self.baselines,
         }
 
 
@@ -107,4 +109,29 @@ def attribution_score(*, project: Project, labels: list[dict], method: str = "he
             report.step_within_1 += gap <= 1
             report.step_within_3 += gap <= 3
         report.rows.append(row)
+    report.baselines = _baselines(project=project, labels=labels, traces=traces)
     return report
+
+
+def _baselines(*, project: Project, labels: list[dict], traces: dict[str, int]) -> dict[str, dict]:
+    """The label-free baselines (baselines.py) scored against the same labels, on the same steps and signals the
+    methods see; a label whose trace is missing counts as wrong for them too, as for the method."""
+    from diagnosis.services.trace_view import trace_view_build
+
+    from .crossval import baselines_score
+    from .learned import example_build
+    from .services import feedback_signals
+    from .steps import goal_text, trace_steps
+
+    by_pk = {t.pk: t for t in Trace.objects.filter(pk__in=list(traces.values()))}
+    examples = []
+    for label in labels:
+        trace = by_pk.get(traces.get(str(label["trace_id"])))
+        if trace is None:
+            continue
+        view = trace_view_build(trace=trace)
+        signals, _ = feedback_signals(project=project, trace=trace, view=view)
+        examples.append(example_build(trace_id=trace.trace_id, group=trace.task_id, steps=trace_steps(view),
+                                      goal=goal_text(view), signals=signals, label_agent=label.get("mistake_agent"),
+                                      label_step=_step(label.get("mistake_step"))))
+    return baselines_score(examples)

@@ -18,13 +18,16 @@ from traces.models import Trace
 
 from .errors import AttributionInvalidError
 from .heuristic import FeedbackSignal, attribute_heuristic
+from .learned import example_build, shipped_model
 from .llm import METHODS, attribute_with_llm
 from .models import Attribution
 from .steps import goal_text, trace_steps
 
 HEURISTIC_VERSION = "heuristic-v1"
+LEARNED_VERSION = "learned-v1"
 LLM_METHODS = tuple(METHODS)
-ALL_METHODS = ("heuristic",) + LLM_METHODS
+OFFLINE_METHODS = ("learned", "heuristic")
+ALL_METHODS = OFFLINE_METHODS + LLM_METHODS
 _SEVERITY_RANK = {"low": 0, "medium": 1, "high": 2, "critical": 3}
 
 ProgressCallback = Callable[[int, int], None]
@@ -92,7 +95,7 @@ def _llm_config(*, model: str | None, api_base: str | None, api_key: str | None,
                                         api_key=api_key or getattr(settings, "CLEAR_JUDGE_API_KEY", None) or None)
 
 
-def attribution_compute(*, project: Project, trace: Trace, method: str = "heuristic", model: str | None = None,
+def attribution_compute(*, project: Project, trace: Trace, method: str = "learned", model: str | None = None,
                         api_base: str | None = None, api_key: str | None = None,
                         config: LlmJudgeConfig | None = None) -> Attribution:
     """Attribute a failed trace with one method and store the result (replacing that method's previous one).
@@ -109,7 +112,23 @@ def attribution_compute(*, project: Project, trace: Trace, method: str = "heuris
     view = trace_view_build(trace=trace)
     steps = trace_steps(view)
     goal = goal_text(view)
-    if method == "heuristic":
+    if method == "learned":
+        signals, source = feedback_signals(project=project, trace=trace, view=view)
+        model = shipped_model()
+        prediction = model.predict(example_build(trace_id=trace.trace_id, group=trace.task_id, steps=steps, goal=goal,
+                                                 signals=signals))
+        step = prediction.step
+        values = {
+            "status": Attribution.Status.OK if step else Attribution.Status.INCONCLUSIVE,
+            "agent": (prediction.agent or "")[:300] if step else "", "span_id": step.span_id if step else "",
+            "step_index": step.index if step else None, "confidence": prediction.confidence,
+            "reason": prediction.reason[:480], "error": "", "model": "", "prompt_version": LEARNED_VERSION,
+            "calls": 0, "input_tokens": 0, "output_tokens": 0, "cost": 0.0,
+            "details": {"signals_from": source, "signals": len(signals), "steps": len(steps),
+                        "candidates": prediction.candidates, "low_confidence": prediction.low_confidence,
+                        "fallback": prediction.fallback, "trained_on": model.trained_on},
+        }
+    elif method == "heuristic":
         signals, source = feedback_signals(project=project, trace=trace, view=view)
         decision = attribute_heuristic(steps=steps, goal=goal, signals=signals)
         step = decision.step
@@ -149,7 +168,7 @@ class AttributionBatch:
     attributions: list[Attribution] = field(default_factory=list)
 
 
-def attribution_compute_for_project(*, project: Project, method: str = "heuristic", model: str | None = None,
+def attribution_compute_for_project(*, project: Project, method: str = "learned", model: str | None = None,
                                     api_base: str | None = None, api_key: str | None = None,
                                     config: LlmJudgeConfig | None = None, recompute: bool = False,
                                     trace_ids: Iterable[str] | None = None,
@@ -158,7 +177,7 @@ def attribution_compute_for_project(*, project: Project, method: str = "heuristi
     yet (all of them with `recompute`)."""
     if method not in ALL_METHODS:
         raise AttributionInvalidError(f"Unknown attribution method {method!r}: use one of {', '.join(ALL_METHODS)}.")
-    if method != "heuristic":
+    if method not in OFFLINE_METHODS:
         config = _llm_config(model=model, api_base=api_base, api_key=api_key, config=config)
     traces = Trace.objects.filter(project=project, outcome=Trace.Outcome.FAILURE).order_by("start_time", "pk")
     if trace_ids is not None:

@@ -30,7 +30,7 @@ def whowhen(project, shared_dir):
 def test_heuristic_beats_random_baseline_on_whowhen(project, whowhen):
     out = StringIO()
     call_command("attribution_score", "--project", project.name, "--labels", str(whowhen / "labels.jsonl"),
-                 "--json", stdout=out)
+                 "--method", "heuristic", "--json", stdout=out)
     report = json.loads(out.getvalue())
     print(f"\nheuristic on Who&When Algorithm-Generated: agent {report['agent_accuracy']:.2%}, step exact "
           f"{report['step_accuracy']:.2%}, ±1 {report['step_within_1']:.2%}, ±3 {report['step_within_3']:.2%}, "
@@ -52,7 +52,7 @@ def test_heuristic_beats_random_baseline_on_whowhen(project, whowhen):
     # Scoring again computes nothing new and gives the same numbers.
     again = StringIO()
     call_command("attribution_score", "--project", project.name, "--labels", str(whowhen / "labels.jsonl"),
-                 "--json", stdout=again)
+                 "--method", "heuristic", "--json", stdout=again)
     second = json.loads(again.getvalue())
     assert second["computed"] == 0 and second["agent_accuracy"] == report["agent_accuracy"]
 

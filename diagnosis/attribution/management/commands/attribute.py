@@ -12,12 +12,13 @@ from diagnosis.attribution.services import ALL_METHODS, attribution_compute_for_
 
 
 class Command(BaseCommand):
-    help = ("Attribute every failed trace of a project (Who&When's question: which node, which step) with the offline "
-            "heuristic or an LLM method; traces already attributed by the method are kept unless --recompute.")
+    help = ("Attribute every failed trace of a project (Who&When's question: which node, which step) with the learned "
+            "method (default; offline, chosen by nested cross-validation), the offline heuristic or an LLM method; "
+            "each answer carries its confidence. Traces already attributed by the method are kept unless --recompute.")
 
     def add_arguments(self, parser):
         parser.add_argument("--project", required=True, help="project name or slug")
-        parser.add_argument("--method", choices=ALL_METHODS, default="heuristic")
+        parser.add_argument("--method", choices=ALL_METHODS, default="learned")
         parser.add_argument("--model", default="", help="LiteLLM model for the LLM methods (default CLEAR_JUDGE_MODEL)")
         parser.add_argument("--api-base", default="")
         parser.add_argument("--trace-ids", help="comma-separated trace ids")
@@ -41,9 +42,13 @@ class Command(BaseCommand):
                 self.stdout.write(json.dumps({
                     "trace_id": a.trace.trace_id, "method": a.method, "status": a.status, "agent": a.agent,
                     "step": a.step_index, "span_id": a.span_id, "confidence": a.confidence, "reason": a.reason,
-                    "error": a.error}))
+                    "error": a.error, "low_confidence": bool((a.details or {}).get("low_confidence")),
+                    "fallback": (a.details or {}).get("fallback", "")}))
             else:
                 where = f"{a.agent} @ step {a.step_index} ({a.span_id})" if a.status == "ok" else a.status
-                self.stdout.write(f"{a.trace.trace_id}  {where}  {a.reason or a.error}")
+                sure = "" if a.confidence is None else f"  confidence {a.confidence:.2f}"
+                if (a.details or {}).get("low_confidence"):
+                    sure += f" (low: fell back to {a.details.get('fallback')})"
+                self.stdout.write(f"{a.trace.trace_id}  {where}{sure}  {a.reason or a.error}")
         self.stderr.write(f"{batch.method}: {batch.computed} computed, {batch.already_present} already present, "
                           f"{batch.errors} errors")

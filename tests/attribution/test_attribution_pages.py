@@ -1,0 +1,208 @@
+"""Issue 29, item 3: failure attribution on the insight page ("Where it went wrong") and the ticket list.
+
+- The insight page counts, per blamed node, the insight's failing member traces attributed to it (one attribution a
+  trace: "learned" over "heuristic" over the LLM methods; status ok only), with the mean confidence, says when the
+  attribution had low confidence and which baseline it fell back to, and links the most confident ones to the trace
+  page at the decisive span. Without attributions it says how to compute them.
+- Each ticket row shows its insight's most blamed node and the confidence, computed for the whole page at once.
+- Another project's attributions never show; the summary costs a fixed number of queries.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from html import unescape
+
+import pytest
+
+from diagnosis.attribution.models import Attribution
+from diagnosis.attribution.selectors import attribution_summary_for_insight, attribution_summary_map
+from diagnosis.models import DiagnosisRun, Feedback, Insight, InsightStatement
+from diagnosis.tickets.models import Ticket
+from tests.api.conftest import T0, make_trace
+from tests.frontend.conftest import client_for
+
+pytestmark = pytest.mark.django_db
+
+SPAN = f"{11:016x}"  # make_trace's second span
+FALLBACK = "the most active agent"
+
+
+def _text(html: str) -> str:
+    return re.sub(r"\s+", " ", unescape(re.sub(r"<[^>]+>", "", html)))
+
+
+def _section(html: str, testid: str) -> str:
+    start = html.index(f'data-testid="{testid}"')
+    return html[start:html.index("</section>", start)]
+
+
+def _insight(project, *, title: str, node: str = "orders_worker", level: str = Insight.Level.NODE) -> Insight:
+    return Insight.objects.create(project=project, level=level, node=node if level == Insight.Level.NODE else "",
+                                  title=title, count=1, trace_count=1, frequency=0.5, last_seen=T0)
+
+
+def _members(project, insight: Insight, traces, *, excluded: bool = False) -> None:
+    run = DiagnosisRun.objects.create(project=project, status=DiagnosisRun.Status.SUCCEEDED, judges=["rules"])
+    field = "node_insight" if insight.level == Insight.Level.NODE else "system_insight"
+    for trace in traces:
+        feedback = Feedback.objects.create(run=run, project=project, trace=trace, judge="rule.loop", judge_kind="rule",
+                                           verdict=Feedback.Verdict.FAIL)
+        for position in range(2):  # two statements, one member trace
+            InsightStatement.objects.create(project=project, run=run, feedback=feedback, trace=trace,
+                                            position=position, kind="issue", text="loops", node=insight.node,
+                                            judge="rule.loop", excluded=excluded, **{field: insight})
+
+
+def _attribute(trace, agent: str, confidence: float | None, *, method: str = "heuristic", project=None,
+               status: str = Attribution.Status.OK, **details) -> Attribution:
+    return Attribution.objects.create(project=project or trace.project, trace=trace, method=method, status=status,
+                                      agent=agent if status == Attribution.Status.OK else "", span_id=SPAN,
+                                      step_index=3, confidence=confidence, reason=f"{agent} went wrong",
+                                      details=details)
+
+
+def _trace(project, index: int, outcome: str | None = "failure"):
+    return make_trace(project, trace_id=f"{index:032x}", start=T0 + timedelta(minutes=index), outcome=outcome)
+
+
+@pytest.fixture
+def attributed(project, outsider_project):
+    """An insight of 5 failing member traces (3 attributed) and a succeeding one, a failing trace outside it, and
+    another project's attributions, one of them (wrongly) on this project's trace."""
+    f1, f2, f3, f4, f5 = (_trace(project, i) for i in range(1, 6))
+    succeeded, outside = _trace(project, 6, outcome="success"), _trace(project, 7)
+    insight = _insight(project, title="Loops on the order lookup")
+    _members(project, insight, [f1, f2, f3, f4, f5, succeeded])
+    _attribute(f1, "orders_worker", 0.9)
+    _attribute(f2, "orders_worker", 0.5)
+    _attribute(f2, "orders_worker", 0.7, method="learned", low_confidence=False)  # preferred over the heuristic
+    _attribute(f3, "planner", 0.2, method="learned", low_confidence=True, fallback=FALLBACK)
+    _attribute(f3, "orders_worker", 0.6)
+    _attribute(f3, "writer", 0.95, method="all_at_once")
+    _attribute(f4, "", None, status=Attribution.Status.ERROR)
+    _attribute(succeeded, "writer", 0.99)  # not a failing trace
+    _attribute(outside, "writer", 0.99)  # not a member
+    _attribute(f5, "intruder", 0.99, method="binary_search", project=outsider_project)
+    theirs = _trace(outsider_project, 8)
+    their_insight = _insight(outsider_project, title="Their pattern")
+    _members(outsider_project, their_insight, [theirs])
+    _attribute(theirs, "intruder", 0.99)
+    return insight
+
+
+def test_the_summary_prefers_learned_counts_failing_members_only_and_stays_in_the_project(
+        project, attributed, django_assert_max_num_queries):
+    with django_assert_max_num_queries(2):
+        summary = attribution_summary_for_insight(project=project, insight=attributed)
+    assert (summary["failing"], summary["attributed"], summary["unattributed"]) == (5, 3, 2)
+    assert summary["agents"] == [
+        {"agent": "orders_worker", "count": 2, "mean_confidence": pytest.approx(0.8), "low_confidence": 0,
+         "fallback": ""},
+        {"agent": "planner", "count": 1, "mean_confidence": pytest.approx(0.2), "low_confidence": 1,
+         "fallback": FALLBACK},
+    ]
+    top = [(r["trace_id"], r["method"], r["agent"], r["confidence"], r["low_confidence"], r["fallback"])
+           for r in summary["top"]]
+    assert top == [(f"{1:032x}", "heuristic", "orders_worker", 0.9, False, ""),
+                   (f"{2:032x}", "learned", "orders_worker", 0.7, False, ""),
+                   (f"{3:032x}", "learned", "planner", 0.2, True, FALLBACK)]
+    assert summary["top"][0]["span_id"] == SPAN and summary["top"][0]["step_index"] == 3
+
+
+def test_the_summary_costs_two_queries_for_many_insights(project, django_assert_max_num_queries):
+    insights = []
+    for i in range(6):
+        insight = _insight(project, title=f"pattern {i}", level=Insight.Level.SYSTEM if i % 2 else Insight.Level.NODE)
+        traces = [_trace(project, i * 10 + j) for j in range(3)]
+        _members(project, insight, traces)
+        for trace in traces:
+            _attribute(trace, f"node{i}", 0.5)
+        insights.append(insight)
+    with django_assert_max_num_queries(2):
+        summaries = attribution_summary_map(project=project, insight_ids=[i.pk for i in insights])
+    assert [summaries[i.pk]["agents"][0]["agent"] for i in insights] == [f"node{i}" for i in range(6)]
+    assert all(summaries[i.pk]["attributed"] == 3 for i in insights)
+
+
+def test_an_excluded_statement_makes_no_member(project):
+    insight = _insight(project, title="wrongly judged")
+    trace = _trace(project, 1)
+    _members(project, insight, [trace], excluded=True)
+    _attribute(trace, "orders_worker", 0.9)
+    assert attribution_summary_for_insight(project=project, insight=insight)["failing"] == 0
+
+
+def test_another_projects_insight_gets_nothing(project, outsider_project, attributed):
+    theirs = Insight.objects.get(project=outsider_project)
+    assert attribution_summary_for_insight(project=project, insight=theirs)["attributed"] == 0
+    assert attribution_summary_map(project=project, insight_ids=[theirs.pk])[theirs.pk]["attributed"] == 0
+
+
+def test_the_insight_page_says_where_it_went_wrong(project, owner, attributed):
+    client = client_for(owner)
+    html = client.get(f"/p/{project.slug}/insights/{attributed.pk}/").content.decode()
+    section = _section(html, "insight-attribution")
+    text = _text(section)
+    assert "Where it went wrong" in text
+    assert "orders_worker: 2 of 3 attributed failing traces, confidence 0.80" in text
+    assert "planner: 1 of 3 attributed failing traces, confidence 0.20 low confidence, fell back to " \
+           "the most active agent" in text
+    assert "2 of its 5 failing traces are not attributed yet" in text
+    assert f"manage.py attribute --project {project.slug}" in text
+    assert "intruder" not in html and "writer" not in section
+    links = re.findall(r'href="([^"]+)" data-testid="attribution-link"', section)
+    assert links == [f"/p/{project.slug}/traces/{i:032x}/?span={SPAN}#row-{SPAN}" for i in (1, 2, 3)]
+    assert client.get(unescape(links[0])).status_code == 200
+
+
+def test_the_insight_page_without_attributions_says_how_to_compute_them(project, owner):
+    insight = _insight(project, title="Not attributed")
+    _members(project, insight, [_trace(project, 1), _trace(project, 2)])
+    html = client_for(owner).get(f"/p/{project.slug}/insights/{insight.pk}/").content.decode()
+    section = _section(html, "insight-attribution")
+    assert 'data-testid="attribution-empty"' in section and 'data-testid="attribution-row"' not in section
+    assert f"None of its 2 failing traces are attributed yet. Attribute the project's failed traces with " \
+           f"manage.py attribute --project {project.slug}" in _text(section)
+
+
+def _ticket(project, insight, fingerprint: str) -> Ticket:
+    return Ticket.objects.create(project=project, insight=insight, fingerprint=fingerprint, title=insight.title,
+                                 level=insight.level, node=insight.node, severity="high", frequency=0.5)
+
+
+def _rows(html: str) -> dict[str, str]:
+    return {m.group(1): _text(m.group(2)) for m in re.finditer(
+        r'<tr id="ticket-(\d+)".*?data-testid="ticket-attribution">(.*?)</td>', html, re.S)}
+
+
+def test_the_ticket_list_shows_each_tickets_most_blamed_node(project, owner, outsider_project, attributed,
+                                                             django_assert_max_num_queries):
+    low = _insight(project, title="Guessed", node="planner")
+    low_trace = _trace(project, 20)
+    _members(project, low, [low_trace])
+    _attribute(low_trace, "planner", 0.3, method="learned", low_confidence=True, fallback=FALLBACK)
+    bare = _insight(project, title="Not attributed")
+    tickets = [_ticket(project, attributed, "fp-1"), _ticket(project, low, "fp-2"), _ticket(project, bare, "fp-3")]
+    _ticket(outsider_project, Insight.objects.get(project=outsider_project), "fp-theirs")
+    client = client_for(owner)
+    html = client.get(f"/p/{project.slug}/tickets/").content.decode()
+    rows = _rows(html)
+    assert rows == {str(tickets[0].pk): "orders_worker 2 of 3 attributed, confidence 0.80",
+                    str(tickets[1].pk): "planner 1 of 1 attributed, confidence 0.30 low confidence",
+                    str(tickets[2].pk): "—"}
+    assert "intruder" not in html
+    assert f'href="/p/{project.slug}/insights/{attributed.pk}/#attribution"' in html
+    # The page's queries do not grow with its tickets.
+    with django_assert_max_num_queries(40) as few:
+        client.get(f"/p/{project.slug}/tickets/")
+    for i in range(5):
+        more = _insight(project, title=f"more {i}")
+        traces = [_trace(project, 30 + i * 3 + j) for j in range(3)]
+        _members(project, more, traces)
+        for trace in traces:
+            _attribute(trace, "writer", 0.5)
+        _ticket(project, more, f"fp-more-{i}")
+    with django_assert_max_num_queries(len(few.captured_queries)):
+        assert len(_rows(client.get(f"/p/{project.slug}/tickets/").content.decode())) == 8

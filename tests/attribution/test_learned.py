@@ -1,0 +1,152 @@
+"""The learned attribution method (issue 29): label-free baselines, nested cross-validation by task, confidence with
+a named fallback, and the shipped model as `manage.py attribute` / `attribution_score` run it."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from io import StringIO
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+
+from diagnosis.attribution.baselines import AGENT_BASELINES, STEP_BASELINES, baseline_answers
+from diagnosis.attribution.crossval import baselines_score, folds, model_score, nested_cross_validation
+from diagnosis.attribution.heuristic import FeedbackSignal
+from diagnosis.attribution.learned import FEATURES, Example, Model, example_build, model_fit, shipped_model
+from diagnosis.attribution.steps import Step
+
+
+def _steps(speakers: list[str], texts: list[str] | None = None) -> list[Step]:
+    texts = texts or [f"message {i}" for i in range(len(speakers))]
+    return [Step(position=i, index=i, span_id=f"s{i}", agent=agent, kind="TOOL" if agent == "terminal" else "AGENT",
+                 status="ok", text=text) for i, (agent, text) in enumerate(zip(speakers, texts))]
+
+
+def test_baselines_name_the_most_active_the_first_failing_and_the_last_agent_and_step():
+    steps = _steps(["planner", "coder", "terminal", "coder", "checker"])
+    signals = [FeedbackSignal(judge="rule.exit_code", span_id="s2", verdict="fail"),
+               FeedbackSignal(judge="rule.loop", span_id="s4", verdict="pass")]
+    answers = baseline_answers(steps=steps, signals=signals)
+    # The terminal's failing result is charged to the turn that wrote the code (s1, the coder).
+    assert answers == {"most_active_agent": "coder", "first_failing_verdict_agent": "coder", "last_agent": "checker",
+                       "first_step": 0, "first_failing_verdict_step": 1, "last_step": 4}
+    silent = baseline_answers(steps=steps, signals=[])
+    assert silent["first_failing_verdict_agent"] is None and silent["first_failing_verdict_step"] is None
+
+
+def _synthetic(n: int) -> list[Example]:
+    """Runs where the decisive step is the one a judge failed, at a varying place: the position baselines are often
+    wrong, the failing-verdict evidence is right; every third run has no verdict (no signal)."""
+    examples = []
+    for i in range(n):
+        speakers = ["planner", "coder", "terminal", "coder", "checker", "coder", "checker"]
+        steps = _steps(speakers)
+        mistake = (1, 3, 5)[i % 3]
+        signals = [FeedbackSignal(judge="llm.step", span_id=f"s{mistake}", verdict="fail", severity="high")]
+        if i % 3 == 2 and i % 2:
+            signals = []
+        examples.append(example_build(trace_id=f"t{i}", group=f"task-{i // 2}", steps=steps, goal="", signals=signals,
+                                      label_agent=steps[mistake].agent, label_step=mistake))
+    return examples
+
+
+def test_folds_keep_a_task_in_one_fold_and_cover_every_example_once():
+    examples = _synthetic(30)
+    split = folds(examples, 5)
+    assert len(split) == 5
+    tested = [e.trace_id for _, test in split for e in test]
+    assert sorted(tested) == sorted(e.trace_id for e in examples)
+    for train, test in split:
+        assert not {e.group for e in train} & {e.group for e in test}
+
+
+def test_nested_cross_validation_reports_outer_folds_fit_and_baselines_and_learns_the_signal():
+    examples = _synthetic(30)
+    report, model = nested_cross_validation(examples, outer=5, inner=3)
+    data = report.as_dict()
+    assert data["outer"]["count"] == 30 and sum(f["count"] for f in data["per_fold"]) == 30
+    assert set(data["baselines"]) == set(AGENT_BASELINES + STEP_BASELINES)
+    best_step_baseline = max(data["baselines"][name]["step_exact"] for name in STEP_BASELINES)
+    assert data["outer"]["step_exact"] > best_step_baseline  # the failing verdict, not a position, names the step
+    assert data["fit"]["count"] == 30 and set(data["chosen"]) == {"c", "agent_mode", "threshold"}
+    assert model.settings == data["chosen"] and len(model.coef) == len(FEATURES)
+
+
+def test_a_prediction_under_the_threshold_says_low_confidence_and_the_baseline_it_fell_back_to():
+    examples = _synthetic(12)
+    model = model_fit(examples, c=0.3, agent_mode="step", threshold=1.01)  # nothing is ever sure enough
+    prediction = model.predict(examples[0])
+    assert prediction.low_confidence and prediction.fallback
+    assert prediction.step.index == examples[0].baselines[model.fallback_step]
+    assert "fell back to" in prediction.reason and 0 <= prediction.confidence <= 1
+    assert model_score(model, examples).low_confidence == 12
+    sure = model_fit(examples, c=0.3, agent_mode="step", threshold=0.0).predict(examples[0])
+    assert not sure.low_confidence and sure.fallback == ""
+
+
+def test_the_shipped_model_loads_and_refuses_a_model_fit_on_other_features():
+    model = shipped_model()
+    assert len(model.coef) == len(FEATURES) and model.trained_on.startswith("whowhen-algorithm-generated")
+    stale = {**model.as_dict(), "features": list(FEATURES)[:-1]}
+    with pytest.raises(ValueError, match="refit"):
+        Model.from_dict(stale)
+    assert baselines_score([])["last_agent"]["count"] == 0
+
+
+@pytest.mark.django_db
+def test_on_whowhen_nested_cross_validation_beats_the_label_free_baselines(project, shared_dir):
+    """Issue 29's acceptance, measured the way benchmarks/attribution does (5 outer folds by task), with a smaller
+    inner split to keep the suite quick: agent accuracy at least 5 points above the best agent baseline, step
+    accuracy (exact and ±3) at least the best step baseline. The scorer reads the labels; the features do not."""
+    from diagnosis.attribution.services import feedback_signals
+    from diagnosis.attribution.steps import goal_text, trace_steps
+    from diagnosis.services.trace_view import trace_view_build
+    from traces.models import Trace
+    from traces.services.imports import traces_import
+
+    folder = shared_dir / "datasets" / "whowhen-algorithm-generated"
+    with tempfile.TemporaryDirectory() as tmp:
+        for path in folder.glob("Algorithm-Generated-*.json"):
+            (Path(tmp) / path.name).symlink_to(path)
+        traces_import(project=project, path=Path(tmp), outcome="failure")
+    labels = {row["trace_id"]: row for row in map(json.loads, (folder / "labels.jsonl").read_text().splitlines())}
+    examples = []
+    for trace in Trace.objects.filter(project=project).order_by("trace_id"):
+        view = trace_view_build(trace=trace)
+        signals, _ = feedback_signals(project=project, trace=trace, view=view)
+        label = labels[trace.trace_id]
+        examples.append(example_build(trace_id=trace.trace_id, group=trace.task_id, steps=trace_steps(view),
+                                      goal=goal_text(view), signals=signals, label_agent=label["mistake_agent"],
+                                      label_step=int(label["mistake_step"])))
+    assert len(examples) == 126
+    report, _ = nested_cross_validation(examples, outer=5, inner=2)
+    outer, baselines = report.outer.rates(), report.baselines
+    best_agent = max(baselines[name]["agent"] for name in AGENT_BASELINES)
+    print(f"\nlearned on Who&When, outer folds: {outer}; fit {report.fit}; best agent baseline {best_agent}")
+    assert outer["agent"] >= best_agent + 0.05
+    for key in ("step_exact", "step_within_3"):
+        assert outer[key] >= max(baselines[name][key] for name in STEP_BASELINES), key
+
+    # The command path: `attribution_score` (default method: learned) prints the baselines beside its figures.
+    out = StringIO()
+    call_command("attribution_score", "--project", project.name, "--labels", str(folder / "labels.jsonl"),
+                 stdout=out)
+    text = out.getvalue()
+    assert text.startswith("method learned: agent accuracy") and "baseline the most active agent: agent" in text
+    assert "baseline the step of the first failing verdict: step accuracy" in text
+    out = StringIO()
+    call_command("attribute", "--project", project.name, "--trace-ids", next(iter(labels)), stdout=out,
+                 stderr=StringIO())
+    assert "confidence" in out.getvalue()
+
+
+def test_evidence_the_model_was_fit_without_is_weighed_by_the_heuristic_and_the_reason_says_so():
+    examples = _synthetic(12)  # no root cause anywhere: the model has no weight for it
+    model = model_fit(examples, c=0.3, agent_mode="step", threshold=0.0)
+    steps = _steps(["planner", "coder", "terminal", "coder", "checker"])
+    judged = example_build(trace_id="x", group="x", steps=steps, goal="", signals=[
+        FeedbackSignal(judge="llm.trace", span_id=None, verdict="fail", root_cause_span_id="s3")])
+    prediction = model.predict(judged)
+    assert prediction.step.span_id == "s3" and "not fit on (root cause)" in prediction.reason
