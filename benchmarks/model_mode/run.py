@@ -39,6 +39,11 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from benchmarks.model_mode.attribution import attribution_bench, attribution_lines  # noqa: E402
+
 PYTHON = sys.executable
 LOCKED = "database is locked"
 JUDGES = ["llm.step", "llm.trace"]
@@ -84,6 +89,9 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                         "when the run's feedback gives no cluster to name")
     p.add_argument("--probe-seconds", type=float, default=3.0, help="ingestion probe interval (0: no probe)")
     p.add_argument("--skip-insights", action="store_true")
+    p.add_argument("--attribution", type=int, default=0, metavar="N",
+                   help="after judging, score the LLM attribution methods all_at_once and step_by_step on the N "
+                        "smallest Who&When Algorithm-Generated traces beside the baselines and `learned` (0: off)")
     p.add_argument("--json", metavar="FILE", help="write the results as JSON")
     p.add_argument("--child", metavar="MODE", help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
@@ -152,7 +160,7 @@ def main(argv: list[str] | None = None) -> dict:
                    "--model", args.model, "--api-key", args.api_key, "--traces", str(args.traces), "--timeout",
                    str(args.timeout), "--max-retries", str(args.max_retries), "--max-tokens", str(args.max_tokens),
                    "--probe-seconds", str(args.probe_seconds), "--judges", args.judges,
-                   "--naming-samples", str(args.naming_samples)]
+                   "--naming-samples", str(args.naming_samples), "--attribution", str(args.attribution)]
             if args.skip_insights:
                 cmd.append("--skip-insights")
             _log(f"mode {mode}: child process")
@@ -168,6 +176,8 @@ def main(argv: list[str] | None = None) -> dict:
         log = (bench_dir / "server.log").read_text(errors="replace")
         results["server_log_tail"] = log[-2000:]
     _table(results)
+    for line in attribution_lines(results["modes"]):
+        print(line)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(results, indent=2, ensure_ascii=False, default=str))
@@ -504,6 +514,14 @@ def child_main(args: argparse.Namespace) -> dict:
               "run_errors": sum(LOCKED in (g.get("example") or "") for g in run_summary.errors_by_cause)}
     locked["total"] = sum(v for k, v in locked.items() if isinstance(v, int))
     result["locked"] = locked
+    if args.attribution > 0:
+        # After the judges' figures are taken: the recorder would count these conversations as judge calls.
+        _log(f"mode {mode}: attribution on the {args.attribution} smallest Who&When traces")
+        try:
+            result["attribution"] = attribution_bench(count=args.attribution, shared_dir=_shared_dir(),
+                                                      model=args.model, api_base=args.api_base, recorder=recorder)
+        except Exception as error:  # noqa: BLE001 - reported, not hidden
+            result["attribution"] = {"error": f"{type(error).__name__}: {error}"[:500]}
     Path(args.out).write_text(json.dumps(result, indent=2, ensure_ascii=False, default=str))
     return result
 
