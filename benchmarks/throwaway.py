@@ -48,3 +48,34 @@ def bench_in_throwaway(*, pg: str, db: str, keep: bool, setup, bench):
 
             connections.close_all()
             database_recreate(pg, db, create=False)
+
+
+def dataset_folder(name: str):
+    """`CLEAR_SHARED_DIR/datasets/<name>` (after django_start), or exit saying where it was looked for."""
+    from pathlib import Path
+
+    from django.conf import settings
+
+    folder = Path(settings.SHARED_DIR) / "datasets" / name
+    if not folder.is_dir():
+        raise SystemExit(f"no dataset at {folder}: lay shared/ next to the checkout or set CLEAR_SHARED_DIR")
+    return folder
+
+
+def dataset_import(*, project, folder, pattern: str, **options):
+    """Import the trace files of `folder` matching `pattern` into `project`; returns (summary, files, seconds). The
+    importer is given the trace files alone (links in a temporary folder): the labels file next to them is the
+    scorer's, and the shipped code should never be handed it, even to refuse it."""
+    import tempfile
+    import time
+    from pathlib import Path
+
+    from traces.services.imports import traces_import
+
+    files = sorted(folder.glob(pattern))
+    with tempfile.TemporaryDirectory(prefix="clear-bench-") as tmp:
+        for path in files:
+            (Path(tmp) / path.name).symlink_to(path)
+        started = time.monotonic()
+        summary = traces_import(project=project, path=Path(tmp), **options)
+    return summary, len(files), time.monotonic() - started

@@ -23,11 +23,10 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.throwaway import bench_in_throwaway, django_start
+from benchmarks.throwaway import bench_in_throwaway, dataset_folder, dataset_import, django_start
 
 DATASETS = {"whowhen": ("whowhen-algorithm-generated", "Algorithm-Generated-*.json"),
             "tau-airline": ("tau-airline", "airline-*.json")}
@@ -53,12 +52,7 @@ def _log(msg: str) -> None:
 
 
 def _folder(dataset: str) -> Path:
-    from django.conf import settings
-
-    folder = Path(settings.SHARED_DIR) / "datasets" / DATASETS[dataset][0]
-    if not folder.is_dir():
-        raise SystemExit(f"no dataset at {folder}: lay shared/ next to the checkout or set CLEAR_SHARED_DIR")
-    return folder
+    return dataset_folder(DATASETS[dataset][0])
 
 
 def _examples(project, dataset: str) -> list:
@@ -68,13 +62,9 @@ def _examples(project, dataset: str) -> list:
     from diagnosis.attribution.steps import goal_text, trace_steps
     from diagnosis.services.trace_view import trace_view_build
     from traces.models import Trace
-    from traces.services.imports import traces_import
 
-    folder = _folder(dataset)
-    with tempfile.TemporaryDirectory(prefix="clear-attribution-") as tmp:
-        for path in sorted(folder.glob(DATASETS[dataset][1])):
-            (Path(tmp) / path.name).symlink_to(path)
-        traces_import(project=project, path=Path(tmp), **({"outcome": "failure"} if dataset == "whowhen" else {}))
+    dataset_import(project=project, folder=_folder(dataset), pattern=DATASETS[dataset][1],
+                   **({"outcome": "failure"} if dataset == "whowhen" else {}))
     examples = []
     for trace in Trace.objects.filter(project=project, outcome="failure").order_by("trace_id"):
         view = trace_view_build(trace=trace)

@@ -41,7 +41,6 @@ import platform
 import re
 import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -50,7 +49,7 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from benchmarks.throwaway import bench_in_throwaway, django_start  # noqa: E402
+from benchmarks.throwaway import bench_in_throwaway, dataset_folder, dataset_import, django_start  # noqa: E402
 
 DATASETS = {
     "tau-airline": ("tau-airline", "airline-*.json"),
@@ -103,28 +102,13 @@ def _machine() -> dict:
 
 
 def _dataset_folder(dataset: str) -> Path:
-    from django.conf import settings
-
-    folder = Path(settings.SHARED_DIR) / "datasets" / DATASETS[dataset][0]
-    if not folder.is_dir():
-        raise SystemExit(f"no dataset at {folder}: lay shared/ next to the checkout or set CLEAR_SHARED_DIR")
-    return folder
+    return dataset_folder(DATASETS[dataset][0])
 
 
 def _ingest(project, dataset: str) -> dict:
-    from traces.services.imports import traces_import
-
-    folder = _dataset_folder(dataset)
-    files = sorted(folder.glob(DATASETS[dataset][1]))
-    # The importer is given the trace files alone (links in a temporary folder): the labels file next to them is
-    # the scorer's, and the shipped code should never be handed it, even to refuse it.
-    with tempfile.TemporaryDirectory(prefix="clear-insights-real-") as tmp:
-        for path in files:
-            (Path(tmp) / path.name).symlink_to(path)
-        started = time.monotonic()
-        summary = traces_import(project=project, path=Path(tmp))
-        seconds = time.monotonic() - started
-    return {"files": len(files), "seconds": round(seconds, 1),
+    summary, files, seconds = dataset_import(project=project, folder=_dataset_folder(dataset),
+                                             pattern=DATASETS[dataset][1])
+    return {"files": files, "seconds": round(seconds, 1),
             "summary": {k: v for k, v in vars(summary).items() if isinstance(v, (int, float, str)) and k != "path"}}
 
 
