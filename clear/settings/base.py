@@ -262,8 +262,9 @@ CLEAR_OUTBOX_SUBSCRIPTIONS: dict[str, list[str]] = {
     "trace.finalize": ["traces.finalize_traces"],
     # Runs that were waiting for the deleted traces may be complete now (diagnosis's deletion hook names them).
     "trace.deleted": ["diagnosis.runs_finish_after_trace_delete"],
-    # Promoted fixes confirmed or reopened by the run's insights (after the tickets followed them).
-    "insights.built": ["evolution.fixes_check_after_build"],
+    # Promoted fixes confirmed or reopened by the run's insights (after the tickets followed them); the run's failed
+    # traces attributed (who, which step) for the insight page and the ticket list.
+    "insights.built": ["evolution.fixes_check_after_build", "attribution.after_build"],
     "diagnosis_run.finished": ["webhooks.emit"],
     "evolution_job.state_changed": ["webhooks.emit"],
 }

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Max
 
 from clear.projects.models import Project
 from diagnosis.judges.contract import JudgeResult
@@ -197,4 +198,26 @@ def attribution_compute_for_project(*, project: Project, method: str = "learned"
             batch.attributions.append(attribution)
         if progress:
             progress(done, len(traces))
+    return batch
+
+
+def attribution_compute_for_run(*, run_id) -> AttributionBatch | None:
+    """After a run's insights are built: the learned attribution of the run's failed traces, for those that have none
+    yet or whose attribution is older than the run's feedback on them (new evidence); offline, no model calls. The
+    insight page and the ticket list read these. None when the run is gone."""
+    from diagnosis.models import DiagnosisRun
+
+    run = DiagnosisRun.objects.filter(pk=run_id).select_related("project").first()
+    if run is None:
+        return None
+    judged = dict(Feedback.objects.filter(run=run, trace__outcome=Trace.Outcome.FAILURE)
+                  .values_list("trace_id").annotate(last=Max("created_at")).values_list("trace_id", "last"))
+    attributed = dict(Attribution.objects.filter(project=run.project, method="learned", trace_id__in=list(judged))
+                      .values_list("trace_id", "updated_at"))
+    stale = [pk for pk, last in judged.items() if pk not in attributed or attributed[pk] < last]
+    batch = AttributionBatch(method="learned")
+    for trace in Trace.objects.filter(pk__in=stale).order_by("start_time", "pk"):
+        batch.attributions.append(attribution_compute(project=run.project, trace=trace, method="learned"))
+        batch.computed += 1
+    batch.already_present = len(judged) - len(stale)
     return batch
