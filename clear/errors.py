@@ -30,6 +30,11 @@ class NotFoundError(ClearError):
     code = "not_found"
 
 
+class GoneError(ClearError):
+    status_code = 410
+    code = "gone"
+
+
 class AuthenticationError(ClearError):
     status_code = 401
     code = "not_authenticated"

@@ -92,3 +92,8 @@ class IssueTrackerForm(forms.Form):
                             widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "off"}),
                             help_text="a token that may read and write the repository's issues")
     enabled = forms.BooleanField(required=False, initial=True, label="Push tickets automatically when they change")
+
+
+class RetentionForm(forms.Form):
+    days = forms.IntegerField(required=False, min_value=0, max_value=36500, label="Keep traces for (days)",
+                              help_text="Empty: the server's default (CLEAR_RETENTION_DAYS). 0: keep forever.")

@@ -77,6 +77,7 @@ urlpatterns = [
     path("p/<slug:slug>/settings/rubrics/<int:rubric_id>/delete/", views_settings.rubric_remove,
          name="rubric-delete"),
     path("p/<slug:slug>/settings/judge/", views_settings.judge_model, name="judge-model"),
+    path("p/<slug:slug>/settings/retention/", views_settings.data_retention, name="data-retention"),
     path("p/<slug:slug>/settings/audit-log/", views_settings.audit_log, name="audit-log"),
     path("p/<slug:slug>/settings/ingestion-health/", views_settings.ingestion_health, name="ingestion-health"),
     path("p/<slug:slug>/settings/issue-tracker/", views_tracker.issue_tracker, name="issue-tracker"),

@@ -1,6 +1,6 @@
 """Settings: rubrics (written through the rubric services, whose errors are shown as they are), the judge
 model configuration (read-only: it comes from the server's environment), the ingestion health (spans repaired or
-rejected per reason) and the audit log (owners only)."""
+rejected per reason), data retention (owners change it) and the audit log (owners only)."""
 
 from __future__ import annotations
 
@@ -17,15 +17,17 @@ from django.views.decorators.http import require_POST
 from clear.errors import ClearError, NotFoundError
 from clear.projects.models import Project
 from clear.projects.selectors import audit_event_list, membership_is_owner
+from clear.projects.services import project_retention_set
 from diagnosis import conf as diagnosis_conf
 from diagnosis.models import Rubric
 from diagnosis.selectors import rubric_get, rubric_list
 from diagnosis.services import rubric_create, rubric_delete, rubric_update
-from frontend.forms import RubricForm
+from frontend.forms import RetentionForm, RubricForm
 from frontend.pagination import keyset_page
 from frontend.views import project_for
 from traces.selectors import span_node_list
 from traces.selectors.ingest_issues import ingest_issue_summary
+from traces.selectors.retention import retention_days_effective, traces_expired
 
 RUBRIC_EXAMPLES = {
     "regex": {"pattern": "sorry, I can't", "ignore_case": True, "expect": "absent", "field": "output",
@@ -175,3 +177,31 @@ def ingestion_health(request: HttpRequest, slug: str) -> HttpResponse:
                "repaired": [r for r in rows if r.kind == "repaired"],
                "rejected": [r for r in rows if r.kind == "rejected"]}
     return render(request, "frontend/ingestion_health.html", context)
+
+
+@login_required
+def data_retention(request: HttpRequest, slug: str) -> HttpResponse:
+    """How long the project keeps traces (its own days, else CLEAR_RETENTION_DAYS), how many traces the next daily
+    run would remove, and the form owners change it with."""
+    project = project_for(request, slug)
+    owner = membership_is_owner(project=project, user=request.user)
+    form = RetentionForm(request.POST or None, initial={"days": project.retention_days})
+    if request.method == "POST":
+        if not owner:
+            raise PermissionDenied("Only the project's owners change its data retention")
+        if form.is_valid():
+            try:
+                project_retention_set(project=project, days=form.cleaned_data["days"], user=request.user,
+                                      address=request.META.get("REMOTE_ADDR"))
+            except ClearError as exc:
+                form.add_error("days", exc.message)
+            else:
+                messages.success(request, "Data retention saved. The daily run applies it; nothing is deleted now.")
+                return redirect("frontend:data-retention", slug=project.slug)
+    expired = traces_expired(project=project)
+    context = {
+        "project": project, "nav": "settings", "settings_tab": "retention", "form": form, "owner": owner,
+        "server_days": settings.CLEAR_RETENTION_DAYS, "days": retention_days_effective(project=project),
+        "would_expire": expired.count() if expired is not None else None,
+    }
+    return render(request, "frontend/data_retention.html", context)

@@ -35,6 +35,8 @@ from traces.selectors import (
     release_filter_value,
     span_list_for_trace,
     span_node_list,
+    trace_expired_get,
+    trace_expired_message,
     trace_get,
     trace_release_list,
 )
@@ -167,6 +169,11 @@ def trace_detail(request: HttpRequest, slug: str, trace_id: str) -> HttpResponse
     project = project_for(request, slug)
     trace = trace_get(project=project, trace_id=trace_id)
     if trace is None:
+        expired = trace_expired_get(project=project, trace_id=trace_id) if len(trace_id) <= 32 else None
+        if expired is not None:  # retention removed it: say so (evidence and ticket links still point here)
+            return render(request, "frontend/error.html", {
+                "project": project, "status": 410, "title": "Trace expired", "path": request.path,
+                "explanation": trace_expired_message(expired=expired)}, status=410)
         raise Http404("No such trace in this project")
     spans = list(span_list_for_trace(project=project, trace=trace)[:SPAN_LIMIT + 1])
     truncated = len(spans) > SPAN_LIMIT

@@ -24,7 +24,7 @@ from rest_framework.response import Response
 
 from clear.api.base import ProjectApi
 from clear.api.pagination import PAGINATION_PARAMETERS, page_body, paginate, paginated
-from clear.errors import ClearError, NotFoundError, ThrottledError
+from clear.errors import ClearError, GoneError, NotFoundError, ThrottledError
 from clear.projects.models import Project
 from traces.models import Span, Trace
 from traces.normalize import LangfuseBatchError, OtlpDecodeError, decode_export_request, normalize_ingestion_batch
@@ -32,7 +32,14 @@ from traces.normalize.deep_json import TooDeep, loads_bounded
 from traces.normalize.otlp import content_kind
 from traces.normalize.repair import langfuse_repair_errors
 from traces.receivers import IngestError, InFlightLimit, UnsupportedMediaType, authenticate, read_body
-from traces.selectors import TraceFilter, span_list_for_trace, trace_get, trace_list_filtered
+from traces.selectors import (
+    TraceFilter,
+    span_list_for_trace,
+    trace_expired_get,
+    trace_expired_message,
+    trace_get,
+    trace_list_filtered,
+)
 from traces.services import langfuse_batch_ingest, spans_ingest
 from traces.services.ingest_issues import ingest_issues_count
 from traces.services.lifecycle import trace_delete, trace_outcome_set
@@ -197,8 +204,12 @@ class TraceNotFoundError(NotFoundError):
 def _trace_or_404(*, project: Project, trace_id: str) -> Trace:
     # Trace ids are at most 32 characters; anything longer or unprintable cannot exist (and a NUL would make
     # Postgres fail rather than find nothing).
-    trace = trace_get(project=project, trace_id=trace_id) if len(trace_id) <= 32 and trace_id.isprintable() else None
+    valid = len(trace_id) <= 32 and trace_id.isprintable()
+    trace = trace_get(project=project, trace_id=trace_id) if valid else None
     if trace is None:
+        expired = trace_expired_get(project=project, trace_id=trace_id) if valid else None
+        if expired is not None:
+            raise GoneError(trace_expired_message(expired=expired), code="trace_expired")
         raise TraceNotFoundError(f"No trace {trace_id} in this project.")
     return trace
 

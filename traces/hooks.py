@@ -4,7 +4,8 @@ An app that keeps rows derived from traces, and must read them before the databa
 which runs and insights counted the traces), registers a hook from its AppConfig.ready. Everything else another app
 does after a deletion is a reaction to the `trace.deleted` fact (traces/facts.py), run by a worker.
 
-A hook is called as `hook(project=..., trace_pks=[...])` inside the deleting transaction, before the delete, and
+A hook is called as `hook(project=..., trace_pks=[...], expired=...)` inside the deleting transaction, before the
+delete (`expired`: retention removes them, not a user: what was measured on them stays as it was), and
 returns None or an `after()` callable, which runs after the delete in the same transaction. `after()` may return a
 JSON-able dict: the trace.deleted fact carries it under the hook's name, for that app's subscribers.
 """

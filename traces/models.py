@@ -180,3 +180,16 @@ class IngestIssueCount(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["project", "day", "kind", "reason"], name="ingest_issue_unique_day"),
         ]
+
+
+class ExpiredTrace(models.Model):
+    """A trace removed by retention, not by a user: its id stays so that links to it (evidence, tickets, exports)
+    say it expired, and when, instead of answering "no such trace"."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    trace_id = models.CharField(max_length=32)
+    expired_at = models.DateTimeField()
+    retention_days = models.PositiveIntegerField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["project", "trace_id"], name="expired_trace_unique")]

@@ -76,6 +76,7 @@ class AuditEvent(models.Model):
         API_KEY_REVOKED = "api_key_revoked", "API key revoked"
         API_KEY_FAILED = "api_key_failed", "Wrong API secret"
         API_KEY_THROTTLED = "api_key_throttled", "API keys throttled"
+        RETENTION_CHANGED = "retention_changed", "Data retention changed"
 
     project = models.ForeignKey(Project, null=True, blank=True, on_delete=models.CASCADE, related_name="audit_events")
     user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,

@@ -87,6 +87,25 @@ def audit_event_record(*, kind: str, project: Project | None = None, user: Abstr
                                      address=address or None, detail=detail or {})
 
 
+RETENTION_MAX_DAYS = 36500
+
+
+def project_retention_set(*, project: Project, days: int | None, user: AbstractBaseUser | None = None,
+                          address: str | None = None) -> Project:
+    """Set how many days the project keeps traces: None follows the server's CLEAR_RETENTION_DAYS, 0 keeps them
+    forever. Recorded in the audit log (a shorter retention deletes data at the next daily run)."""
+    if days is not None and not 0 <= days <= RETENTION_MAX_DAYS:
+        raise ClearError(f"Retention is a number of days from 0 (keep forever) to {RETENTION_MAX_DAYS}, or empty to "
+                         f"follow the server's default; got {days}.")
+    before = project.retention_days
+    Project.objects.filter(pk=project.pk).update(retention_days=days)
+    project.retention_days = days
+    if before != days:
+        audit_event_record(kind=AuditEvent.Kind.RETENTION_CHANGED, project=project, user=user, address=address,
+                           detail={"from": before, "to": days})
+    return project
+
+
 @transaction.atomic
 def api_key_create(*, project: Project, name: str = "", created_by: AbstractBaseUser | None = None,
                    address: str | None = None) -> IssuedApiKey:

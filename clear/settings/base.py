@@ -269,6 +269,9 @@ CLEAR_OUTBOX_SUBSCRIPTIONS: dict[str, list[str]] = {
     "evolution_job.state_changed": ["webhooks.emit"],
 }
 CLEAR_OUTCOME_SCORE_NAME = env_str("CLEAR_OUTCOME_SCORE_NAME", "outcome")
+# Days traces are kept when a project sets none (Settings > Data retention); empty or 0: forever, so that an upgrade
+# never deletes data (traces/services/lifecycle.py).
+CLEAR_RETENTION_DAYS = env_int("CLEAR_RETENTION_DAYS", 0) or None
 CLEAR_JUDGE_MODEL = env_str("CLEAR_JUDGE_MODEL")
 CLEAR_JUDGE_API_BASE = env_str("CLEAR_JUDGE_API_BASE")
 CLEAR_JUDGE_API_KEY = env_str("CLEAR_JUDGE_API_KEY")
@@ -402,6 +405,6 @@ CELERY_BEAT_SCHEDULE["evolution-janitor"] = {
 CELERY_BEAT_SCHEDULE.update({
     # Re-sends webhook deliveries whose message was lost.
     "webhooks-sweep": {"task": "webhooks.sweep", "schedule": 60.0},
-    # Deletes traces older than their project's retention_days, once a day.
+    # Deletes traces past their project's retention (retention_days, else CLEAR_RETENTION_DAYS), once a day.
     "traces-retention": {"task": "traces.enforce_retention", "schedule": 24 * 3600.0},
 })

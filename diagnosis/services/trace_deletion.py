@@ -17,8 +17,11 @@ from clear.projects.models import Project
 from diagnosis.models import DiagnosisRun, InsightOccurrence, RunTrace
 
 
-def traces_delete_prepare(*, project: Project, trace_pks: list[int]) -> Callable[[], dict | None] | None:
-    """Read what counted the traces; returns what corrects the counts once they are gone (None: nothing did)."""
+def traces_delete_prepare(*, project: Project, trace_pks: list[int],
+                          expired: bool = False) -> Callable[[], dict | None] | None:
+    """Read what counted the traces; returns what corrects the counts once they are gone (None: nothing did).
+    Expired traces (retention) correct nothing: runs' counts and insights' figures stay as they were measured, and
+    the tickets with them; only the active runs that may have waited for them are named, to finish."""
     counts: dict = defaultdict(lambda: {"total": 0, "done": 0, "skipped": 0})
     for run_id, status, n in (RunTrace.objects.filter(trace_id__in=trace_pks).values_list("run_id", "status")
                               .annotate(n=Count("pk")).order_by()):
@@ -33,11 +36,11 @@ def traces_delete_prepare(*, project: Project, trace_pks: list[int]) -> Callable
                 .values_list("insight_id", "run_id"))
 
     def after() -> dict | None:
-        for run_id, n in counts.items():
+        for run_id, n in ({} if expired else counts).items():
             DiagnosisRun.objects.filter(pk=run_id).update(
                 total_count=F("total_count") - n["total"], done_count=F("done_count") - n["done"],
                 skipped_count=F("skipped_count") - n["skipped"])
-        if pairs:
+        if pairs and not expired:
             _insights_recount(project=project, pairs=pairs)
         active = DiagnosisRun.objects.filter(pk__in=list(counts), status__in=DiagnosisRun.ACTIVE)
         # The deleted traces may have been the last ones a run was waiting for.

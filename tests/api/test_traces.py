@@ -112,7 +112,7 @@ def test_retention_deletes_only_traces_older_than_the_period(project, outsider_p
     Trace.objects.filter(pk__in=[old.pk, new.pk, old_elsewhere.pk]).update(
         first_received_at=now - timedelta(days=40))
 
-    assert traces_retention_enforce(now=now, batch=1) == 1
+    assert traces_retention_enforce(now=now, batch=1) == [{"project": project.slug, "days": 30, "traces": 1}]
     assert set(Trace.objects.values_list("pk", flat=True)) == {new.pk, old_elsewhere.pk, arrived_late.pk}
     assert not Span.objects.filter(trace_id=old.pk).exists()
     enforce_retention.delay()  # eager in tests: the beat task runs the same service

@@ -27,6 +27,19 @@ def trace_get(*, project: Project, trace_id: str) -> Trace | None:
     return Trace.objects.filter(project=project, trace_id=trace_id.lower()).first()
 
 
+def trace_expired_get(*, project: Project, trace_id: str):
+    """The ExpiredTrace row of a trace retention removed (None: never expired, or never existed)."""
+    from traces.models import ExpiredTrace
+
+    return ExpiredTrace.objects.filter(project=project, trace_id=trace_id.lower()).first()
+
+
+def trace_expired_message(*, expired) -> str:
+    return (f"Trace {expired.trace_id} expired on {expired.expired_at:%Y-%m-%d} under this project's "
+            f"{expired.retention_days}-day retention: its spans are gone; insights and tickets keep the figures "
+            f"measured on it.")
+
+
 def span_list_for_trace(*, project: Project, trace: Trace) -> QuerySet[Span]:
     return Span.objects.filter(project=project, trace=trace).order_by("start_time", "pk")
 

@@ -4,10 +4,17 @@ Deleting a trace removes its spans, scores and everything other apps derived fro
 that counted it take it out of their counts in the same transaction, through their deletion hooks (traces/hooks.py;
 diagnosis: its runs' counts and their insights), and react later to the `trace.deleted` fact. Every deletion goes
 through `traces_delete`.
+
+Retention is not a user's deletion. A project keeps traces for its `retention_days`, or when that is empty for
+CLEAR_RETENTION_DAYS (empty: forever, so an upgrade never deletes data; 0 on a project: forever for that project).
+Expired traces go in batches; the hooks are told (`expired=True`) so that what was measured on them stays as it was
+(diagnosis: runs' counts, insights' figures and tickets are frozen), and each leaves an ExpiredTrace row so that a
+link to it says it expired instead of "no such trace". The daily beat task enforces it; `manage.py
+enforce_retention --dry-run` says how many traces would go.
 """
 
 import logging
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from django.db import transaction
 from django.utils import timezone
@@ -16,7 +23,8 @@ from clear.errors import ClearError
 from clear.projects.models import Project
 from traces.facts import traces_deleted_publish
 from traces.hooks import trace_delete_hooks
-from traces.models import Trace
+from traces.models import ExpiredTrace, Trace
+from traces.selectors.retention import retention_days_effective, traces_expired
 
 logger = logging.getLogger(__name__)
 
@@ -64,18 +72,26 @@ def trace_delete(*, project: Project, trace: Trace) -> None:
     traces_delete(project=project, trace_pks=[trace.pk])
 
 
-def traces_delete(*, project: Project, trace_pks: list[int]) -> int:
+def traces_delete(*, project: Project, trace_pks: list[int], expired_days: int | None = None) -> int:
     """Delete traces of `project` by primary key, with their derived data, in one transaction; returns how many.
 
     The apps that counted the traces are told synchronously before and after the cascade (traces/hooks.py) and
-    asynchronously by the `trace.deleted` fact, published in this transaction."""
+    asynchronously by the `trace.deleted` fact, published in this transaction. `expired_days`: the traces expired
+    under that retention (module docstring): the hooks are told, and each trace leaves an ExpiredTrace row."""
     with transaction.atomic():
-        pks = list(Trace.objects.select_for_update().filter(project=project, pk__in=trace_pks)
-                   .order_by("pk").values_list("pk", flat=True))
+        rows = list(Trace.objects.select_for_update().filter(project=project, pk__in=trace_pks)
+                    .order_by("pk").values_list("pk", "trace_id"))
+        pks = [pk for pk, _ in rows]
         if not pks:
             return 0
+        expired = expired_days is not None
         afters = [(name, after) for name, hook in trace_delete_hooks()
-                  if (after := hook(project=project, trace_pks=pks)) is not None]
+                  if (after := hook(project=project, trace_pks=pks, expired=expired)) is not None]
+        if expired:
+            now = timezone.now()
+            ExpiredTrace.objects.bulk_create(
+                [ExpiredTrace(project=project, trace_id=trace_id, expired_at=now, retention_days=expired_days)
+                 for _, trace_id in rows], ignore_conflicts=True)
         Trace.objects.filter(pk__in=pks).delete()
         hooks_data = {name: data for name, after in afters if (data := after())}
         traces_deleted_publish(project_id=project.pk, trace_pks=pks, hooks_data=hooks_data)
@@ -83,18 +99,26 @@ def traces_delete(*, project: Project, trace_pks: list[int]) -> int:
     return len(pks)
 
 
-def traces_retention_enforce(*, now: datetime | None = None, batch: int = RETENTION_BATCH) -> int:
-    """Delete every project's traces older than its `retention_days` (by the trace's start, or its arrival when it
-    has no spans), `batch` traces per transaction; returns how many were deleted."""
+def traces_retention_enforce(*, now: datetime | None = None, batch: int = RETENTION_BATCH, dry_run: bool = False,
+                             projects: list[Project] | None = None) -> list[dict]:
+    """Delete every project's expired traces, `batch` traces per transaction (or, with dry_run, only count them);
+    returns one {"project", "days", "traces"} per project with a retention."""
     now = now or timezone.now()
-    deleted = 0
-    for project in Project.objects.filter(retention_days__isnull=False, retention_days__gt=0):
-        cutoff = now - timedelta(days=project.retention_days)
-        old = Trace.objects.filter(project=project, first_received_at__lt=cutoff).exclude(start_time__gte=cutoff)
+    report = []
+    for project in projects if projects is not None else Project.objects.order_by("slug"):
+        old = traces_expired(project=project, now=now)
+        if old is None:
+            continue
+        days = retention_days_effective(project=project)
+        if dry_run:
+            report.append({"project": project.slug, "days": days, "traces": old.count()})
+            continue
+        deleted = 0
         while True:
             pks = list(old.order_by("pk").values_list("pk", flat=True)[:batch])
             if not pks:
                 break
-            deleted += traces_delete(project=project, trace_pks=pks)
-        logger.info("traces.retention project=%s days=%d", project.pk, project.retention_days)
-    return deleted
+            deleted += traces_delete(project=project, trace_pks=pks, expired_days=days)
+        logger.info("traces.retention project=%s days=%d expired=%d", project.pk, days, deleted)
+        report.append({"project": project.slug, "days": days, "traces": deleted})
+    return report
