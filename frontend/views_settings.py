@@ -27,7 +27,7 @@ from frontend.pagination import keyset_page
 from frontend.views import project_for
 from traces.selectors import span_node_list
 from traces.selectors.ingest_issues import ingest_issue_summary
-from traces.selectors.retention import retention_days_effective, traces_expired
+from traces.selectors.retention import project_disk_use, retention_days_effective, traces_expired
 
 RUBRIC_EXAMPLES = {
     "regex": {"pattern": "sorry, I can't", "ignore_case": True, "expect": "absent", "field": "output",
@@ -203,5 +203,6 @@ def data_retention(request: HttpRequest, slug: str) -> HttpResponse:
         "project": project, "nav": "settings", "settings_tab": "retention", "form": form, "owner": owner,
         "server_days": settings.CLEAR_RETENTION_DAYS, "days": retention_days_effective(project=project),
         "would_expire": expired.count() if expired is not None else None,
+        "disk": project_disk_use(project=project),
     }
     return render(request, "frontend/data_retention.html", context)

@@ -100,6 +100,7 @@ def test_owners_set_the_retention_in_settings_and_members_see_it(project, owner,
     _old(project, 100)
     page = client_for(owner).get(url).content.decode()
     assert 'data-testid="retention-form"' in page and "removes nothing" in page
+    assert 'data-testid="retention-disk"' in page and "2 spans, 100% of the" in page  # the only project with spans
 
     response = client_for(owner).post(url, {"days": "60"})
     assert response.status_code == 302
@@ -119,3 +120,13 @@ def test_owners_set_the_retention_in_settings_and_members_see_it(project, owner,
     assert client_for(owner).post(url, {"days": ""}).status_code == 302
     project.refresh_from_db()
     assert project.retention_days is None
+
+
+def test_disk_use_is_the_projects_share_of_the_spans(project, outsider_project):
+    from traces.selectors.retention import project_disk_use
+
+    make_trace(project, spans=3)
+    make_trace(outsider_project, spans=1)
+    use = project_disk_use(project=project)
+    assert (use["spans"], use["share"]) == (3, 0.75)
+    assert use["total_bytes"] > 0 and use["bytes"] == int(use["total_bytes"] * 0.75)

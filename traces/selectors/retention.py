@@ -25,3 +25,28 @@ def traces_expired(*, project: Project, now: datetime | None = None) -> QuerySet
         return None
     cutoff = (now or timezone.now()) - timedelta(days=days)
     return Trace.objects.filter(project=project, first_received_at__lt=cutoff).exclude(start_time__gte=cutoff)
+
+
+def project_disk_use(*, project: Project) -> dict:
+    """An estimate of the disk the project's traces take: the trace and span tables' size (with their indexes and
+    TOAST on Postgres; the database file on SQLite) times the project's share of the spans. {"bytes", "total_bytes",
+    "spans", "share"}; bytes is None where the database cannot say."""
+    from django.db import connection
+    from django.db.models import Sum
+
+    from traces.models import Span
+
+    mine = Trace.objects.filter(project=project).aggregate(n=Sum("span_count"))["n"] or 0
+    everyone = Trace.objects.aggregate(n=Sum("span_count"))["n"] or 0
+    total = None
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SELECT pg_total_relation_size(%s) + pg_total_relation_size(%s)",
+                           [Span._meta.db_table, Trace._meta.db_table])
+            total = int(cursor.fetchone()[0])
+        elif connection.vendor == "sqlite":
+            cursor.execute("SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()")
+            total = int(cursor.fetchone()[0])
+    share = mine / everyone if everyone else 0.0
+    return {"bytes": None if total is None else int(total * share), "total_bytes": total, "spans": mine,
+            "share": share}
