@@ -140,3 +140,25 @@ def mine(project, owner):
 @pytest.fixture
 def theirs(outsider_project, outsider):
     return make_project_data(outsider_project, outsider)
+
+
+def counted_insight(project, traces: list[Trace]):
+    """A finished run over `traces` whose insight counted the first two of them (statements, evidence, occurrence):
+    2 of 3 judged traces. Returns (run, insight)."""
+    run = DiagnosisRun.objects.create(project=project, status=DiagnosisRun.Status.SUCCEEDED, total_count=3,
+                                      done_count=3)
+    insight = Insight.objects.create(project=project, level=Insight.Level.NODE, node="planner",
+                                     title="plans skip the lookup", count=2, trace_count=2, frequency=2 / 3)
+    for trace in traces:
+        RunTrace.objects.create(run=run, trace=trace, status=RunTrace.Status.DONE)
+    for trace in traces[:2]:
+        feedback = Feedback.objects.create(run=run, project=project, trace=trace, judge="llm.step",
+                                           judge_kind="llm", verdict=Feedback.Verdict.FAIL, target_span_id="a" * 16)
+        statement = InsightStatement.objects.create(
+            project=project, run=run, feedback=feedback, trace=trace, kind="issue", text="skipped the lookup",
+            node="planner", judge="llm.step", node_insight=insight)
+        InsightEvidence.objects.create(insight=insight, run=run, trace=trace, span_id="a" * 16, feedback=feedback,
+                                       statement=statement, statement_text=statement.text)
+    InsightOccurrence.objects.create(insight=insight, run=run, count=2, trace_count=2, judged=3, frequency=2 / 3,
+                                     trace_ids=sorted(t.trace_id for t in traces[:2]))
+    return run, insight

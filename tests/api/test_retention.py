@@ -11,9 +11,8 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from clear.projects.models import AuditEvent
-from diagnosis.models import DiagnosisRun, Feedback, Insight, InsightEvidence, InsightOccurrence, InsightStatement
-from diagnosis.models import RunTrace
-from tests.api.conftest import make_trace
+from diagnosis.models import InsightOccurrence
+from tests.api.conftest import counted_insight, make_trace
 from tests.frontend.conftest import client_for
 from traces.models import ExpiredTrace, Trace
 from traces.services.lifecycle import traces_retention_enforce
@@ -58,22 +57,7 @@ def test_the_server_default_applies_unless_the_project_sets_its_own_and_a_dry_ru
 
 def test_expiry_keeps_the_figures_measured_on_the_traces_and_says_the_trace_expired(client, project, owner):
     traces = [_old(project, 40) for _ in range(2)] + [make_trace(project)]
-    run = DiagnosisRun.objects.create(project=project, status=DiagnosisRun.Status.SUCCEEDED, total_count=3,
-                                      done_count=3)
-    insight = Insight.objects.create(project=project, level=Insight.Level.NODE, node="planner",
-                                     title="plans skip the lookup", count=2, trace_count=2, frequency=2 / 3)
-    for trace in traces:
-        RunTrace.objects.create(run=run, trace=trace, status=RunTrace.Status.DONE)
-    for trace in traces[:2]:
-        feedback = Feedback.objects.create(run=run, project=project, trace=trace, judge="llm.step",
-                                           judge_kind="llm", verdict=Feedback.Verdict.FAIL, target_span_id="a" * 16)
-        statement = InsightStatement.objects.create(
-            project=project, run=run, feedback=feedback, trace=trace, kind="issue", text="skipped the lookup",
-            node="planner", judge="llm.step", node_insight=insight)
-        InsightEvidence.objects.create(insight=insight, run=run, trace=trace, span_id="a" * 16, feedback=feedback,
-                                       statement=statement, statement_text=statement.text)
-    InsightOccurrence.objects.create(insight=insight, run=run, count=2, trace_count=2, judged=3, frequency=2 / 3,
-                                     trace_ids=sorted(t.trace_id for t in traces[:2]))
+    run, insight = counted_insight(project, traces)
     project.retention_days = 30
     project.save()
 

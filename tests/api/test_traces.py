@@ -5,7 +5,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from diagnosis.models import ContinuousMark, DiagnosisRun, Feedback, RunTrace
-from tests.api.conftest import make_trace
+from tests.api.conftest import counted_insight, make_trace
 from traces.models import Score, Span, Trace
 from traces.services.lifecycle import traces_retention_enforce
 
@@ -120,25 +120,10 @@ def test_retention_deletes_only_traces_older_than_the_period(project, outsider_p
 
 
 def test_deleting_a_trace_recounts_the_insights_that_counted_it(client, project):
-    from diagnosis.models import Insight, InsightEvidence, InsightOccurrence, InsightStatement
+    from diagnosis.models import InsightEvidence, InsightOccurrence, InsightStatement
 
     traces = [make_trace(project) for _ in range(3)]
-    run = DiagnosisRun.objects.create(project=project, status=DiagnosisRun.Status.SUCCEEDED, total_count=3,
-                                      done_count=3)
-    insight = Insight.objects.create(project=project, level=Insight.Level.NODE, node="planner",
-                                     title="plans skip the lookup", count=2, trace_count=2, frequency=2 / 3)
-    for trace in traces:
-        RunTrace.objects.create(run=run, trace=trace, status=RunTrace.Status.DONE)
-    for trace in traces[:2]:
-        feedback = Feedback.objects.create(run=run, project=project, trace=trace, judge="llm.step",
-                                           judge_kind="llm", verdict=Feedback.Verdict.FAIL, target_span_id="a" * 16)
-        statement = InsightStatement.objects.create(
-            project=project, run=run, feedback=feedback, trace=trace, kind="issue", text="skipped the lookup",
-            node="planner", judge="llm.step", node_insight=insight)
-        InsightEvidence.objects.create(insight=insight, run=run, trace=trace, span_id="a" * 16, feedback=feedback,
-                                       statement=statement, statement_text=statement.text)
-    InsightOccurrence.objects.create(insight=insight, run=run, count=2, trace_count=2, judged=3, frequency=2 / 3,
-                                     trace_ids=sorted(t.trace_id for t in traces[:2]))
+    run, insight = counted_insight(project, traces)
 
     assert client.delete(f"/api/v1/traces/{traces[0].trace_id}/").status_code == 204
     occurrence = InsightOccurrence.objects.get(insight=insight, run=run)
