@@ -7,7 +7,7 @@ body, call the service, serialize. Reviews made with an API key are recorded wit
 """
 
 from django.db.models.functions import Coalesce
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -18,6 +18,7 @@ from clear.api.pagination import PAGINATION_PARAMETERS, page_body, paginate, pag
 from diagnosis.apis_insight_output import InsightOutputSerializer, insight_rows
 from diagnosis.models import DiagnosisRun, Insight
 from diagnosis.selectors import insight_evidence_list, insight_get, insight_list, insight_statement_list
+from diagnosis.selectors.expired_evidence import insight_evidence_expired_list
 from diagnosis.services.compare import (
     CHANGES,
     DEFAULT_CONFIDENCE,
@@ -102,14 +103,35 @@ class InsightEvidenceListApi(ProjectApi):
             outcome = evidence.trace.outcome
             return None if outcome not in ("failure", "success") else outcome == "failure"
 
+    class ExpiredSerializer(serializers.Serializer):
+        run_id = serializers.CharField()
+        trace_id = serializers.CharField()
+        span_id = serializers.CharField()
+        statement_text = serializers.CharField(source="statement")
+        quote = serializers.CharField(help_text="empty for a bare citation, or once removed (quote_removed)")
+        quote_removed = serializers.BooleanField(
+            help_text="the quote went with its trace (CLEAR_RETENTION_KEEP_EVIDENCE_QUOTES off)")
+        trace_outcome = serializers.CharField(source="outcome", help_text="failure, success or empty")
+        expired_at = serializers.DateTimeField(allow_null=True)
+        retention_days = serializers.IntegerField(allow_null=True)
+
     @extend_schema(operation_id="insights_evidence_list", parameters=PAGINATION_PARAMETERS,
-                   responses=paginated(OutputSerializer, "PaginatedInsightEvidenceList"))
+                   responses=inline_serializer(name="PaginatedInsightEvidenceList", fields={
+                       "next": serializers.URLField(allow_null=True, help_text="The next page, null on the last one."),
+                       "previous": serializers.URLField(allow_null=True,
+                                                        help_text="The previous page, null on the first one."),
+                       "results": OutputSerializer(many=True),
+                       "expired": ExpiredSerializer(many=True, help_text=(
+                           "citations of traces retention removed (the newest 100, the same on every page): "
+                           "their trace expired, so they link nowhere"))}))
     def get(self, request: Request, insight_id: int) -> Response:
         project = self.project(request)
         insight = insight_get(project=project, insight_id=insight_id)
         page = paginate(queryset=insight_evidence_list(project=project, insight=insight), request=request,
                         ordering=("outcome_rank", "-pk"))
-        return Response(page_body(page=page, results=self.OutputSerializer(page.rows, many=True).data))
+        expired = insight_evidence_expired_list(project=project, insight=insight)
+        return Response({**page_body(page=page, results=self.OutputSerializer(page.rows, many=True).data),
+                         "expired": self.ExpiredSerializer(expired, many=True).data})
 
 
 class InsightStatementListApi(ProjectApi):

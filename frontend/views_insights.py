@@ -30,6 +30,7 @@ from diagnosis.selectors import (
     insight_trend,
 )
 from diagnosis.selectors.association import insight_outcome_shares_map
+from diagnosis.selectors.expired_evidence import insight_evidence_expired_list
 from diagnosis.services.insights_refresh import insights_refresh_now, refresh_seconds
 from diagnosis.services.insights_review import insight_confirm, insight_reject, insight_status_set
 from diagnosis.tickets.export import CONTENT_TYPES, OUTPUTS, tickets_export
@@ -128,6 +129,10 @@ def insight_detail(request: HttpRequest, slug: str, insight_id: int) -> HttpResp
     node = request.GET.get("node", "").strip()[:300]
     if node:
         evidence = evidence.filter(statement__node=node)
+    # Citations of traces retention removed: frozen, they say the trace expired instead of linking to it.
+    expired = insight_evidence_expired_list(project=project, insight=insight, node=node)
+    shown = list(evidence[:EVIDENCE_LIMIT])
+    expired_shown = expired[:EVIDENCE_LIMIT - len(shown)]  # after the live ones: their traces are the oldest
     shares = insight_outcome_shares_map(project=project, insights=[insight])[insight.pk] if insight.last_run_id \
         else None
     unknown = insight.trace_count - shares.failing_with_pattern - shares.succeeding_with_pattern if shares else 0
@@ -136,7 +141,8 @@ def insight_detail(request: HttpRequest, slug: str, insight_id: int) -> HttpResp
         "shares": shares, "outcome_unknown": max(unknown, 0),
         "links": list(insight_links(project=project, insight=insight)),
         "is_system": insight.level == Insight.Level.SYSTEM,
-        "evidence": list(evidence[:EVIDENCE_LIMIT]), "evidence_total": evidence.count(),
+        "evidence": shown, "evidence_total": evidence.count() + len(expired),
+        "expired_evidence": expired_shown, "evidence_shown": len(shown) + len(expired_shown),
         "affected_nodes": sorted((insight.affected_nodes or {}).items(), key=lambda kv: (-kv[1], kv[0])),
         "ticket": ticket_for_insight(project=project, insight=insight),
         "statuses": Insight.Status.choices, "evidence_node": node,

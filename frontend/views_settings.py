@@ -21,6 +21,7 @@ from clear.projects.services import project_retention_set
 from diagnosis import conf as diagnosis_conf
 from diagnosis.models import Rubric
 from diagnosis.selectors import rubric_get, rubric_list
+from diagnosis.services.evidence_expiry import retention_keeps_quotes
 from diagnosis.services import rubric_create, rubric_delete, rubric_update
 from frontend.forms import RetentionForm, RubricForm
 from frontend.pagination import keyset_page
@@ -182,7 +183,8 @@ def ingestion_health(request: HttpRequest, slug: str) -> HttpResponse:
 @login_required
 def data_retention(request: HttpRequest, slug: str) -> HttpResponse:
     """How long the project keeps traces (its own days, else CLEAR_RETENTION_DAYS), how many traces the next daily
-    run would remove, and the form owners change it with."""
+    run would remove, whether evidence quotes outlive them (CLEAR_RETENTION_KEEP_EVIDENCE_QUOTES, read-only), and
+    the form owners change it with."""
     project = project_for(request, slug)
     owner = membership_is_owner(project=project, user=request.user)
     form = RetentionForm(request.POST or None, initial={"days": project.retention_days})
@@ -204,5 +206,6 @@ def data_retention(request: HttpRequest, slug: str) -> HttpResponse:
         "server_days": settings.CLEAR_RETENTION_DAYS, "days": retention_days_effective(project=project),
         "would_expire": expired.count() if expired is not None else None,
         "disk": project_disk_use(project=project),
+        "keep_quotes": retention_keeps_quotes(),  # server-wide, read-only here
     }
     return render(request, "frontend/data_retention.html", context)

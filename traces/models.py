@@ -1,8 +1,15 @@
+from datetime import UTC, datetime
+
 from django.db import models
 from django.db.models import F
 from django.db.models.functions import Coalesce
 
 from clear.projects.models import Project
+
+
+def utc_today():
+    """The UTC date now: a trace's first-received day, the span table's partition key (traces/services/partitions.py)."""
+    return datetime.now(UTC).date()
 
 
 class Trace(models.Model):
@@ -45,6 +52,9 @@ class Trace(models.Model):
     tags = models.JSONField(default=list, blank=True)
     metadata = models.JSONField(default=dict, blank=True)
     first_received_at = models.DateTimeField(auto_now_add=True)
+    # first_received_at's UTC day, copied to every span of the trace as Span.trace_day: the partition key on
+    # Postgres, the same for every span, so a trace never splits across partitions.
+    first_received_day = models.DateField(default=utc_today)
     last_received_at = models.DateTimeField(auto_now_add=True)
     finalized_at = models.DateTimeField(null=True, blank=True)
 
@@ -54,6 +64,8 @@ class Trace(models.Model):
             models.Index(fields=["project", "-start_time"], name="trace_project_start"),
             models.Index(fields=["project", "release"], name="trace_project_release"),
             models.Index(fields=["project", "last_received_at"], name="trace_project_received"),
+            # Retention's whole-day span partitions: which traces a day holds.
+            models.Index(fields=["first_received_day"], name="trace_received_day"),
             # The orders the lists page by: the UI's (start time, nulls last) and the API's (start time, else
             # first receipt); without them the first page is a sort of every trace of the project. Postgres only
             # (migration 0002): SQLite refuses NULLS LAST in an index.
@@ -84,8 +96,10 @@ class Span(models.Model):
         EVENT = "EVENT"
         SPAN = "SPAN"
 
-    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
-    trace = models.ForeignKey(Trace, on_delete=models.CASCADE, related_name="spans")
+    # No single-column indexes: the unique key (project, trace, ...) and span_trace_start lead with these columns,
+    # and each index is written by every span of the ingest path.
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+", db_index=False)
+    trace = models.ForeignKey(Trace, on_delete=models.CASCADE, related_name="spans", db_index=False)
     span_id = models.CharField(max_length=16)
     parent_span_id = models.CharField(max_length=16, blank=True)
     name = models.CharField(max_length=500)
@@ -122,11 +136,15 @@ class Span(models.Model):
     events = models.JSONField(default=list, blank=True)
     exceptions = models.JSONField(default=list, blank=True)
     received_at = models.DateTimeField(auto_now_add=True)
+    # The trace's first_received_day: the partition key on Postgres (daily range partitions, see
+    # traces/services/partitions.py). Every span query that knows its traces filters on it, so partitions are pruned.
+    trace_day = models.DateField()
 
     class Meta:
         constraints = [
-            # The trace row is per project, so this is idempotency on (project, trace id, span id).
-            models.UniqueConstraint(fields=["trace", "span_id"], name="span_unique_per_trace")
+            # Idempotency on (project, trace id, span id); trace_day is the same for every span of a trace, and a
+            # partitioned table's unique keys must hold the partition key. Project leads, for Citus.
+            models.UniqueConstraint(fields=["project", "trace", "span_id", "trace_day"], name="span_unique_per_trace")
         ]
         indexes = [
             models.Index(fields=["trace", "start_time"], name="span_trace_start"),

@@ -35,3 +35,14 @@ def enforce_retention() -> None:
     from traces.services.lifecycle import traces_retention_enforce
 
     traces_retention_enforce()
+
+
+@shared_task(name="traces.span_partitions_ensure", ignore_result=True)
+def span_partitions_ensure() -> None:
+    """Hourly (CELERY_BEAT_SCHEDULE): create the coming days' span partitions (Postgres), moving any of their rows
+    out of the default partition first."""
+    from django.conf import settings
+
+    from traces.services.partitions import span_partitions_ensure as ensure
+
+    ensure(days_ahead=settings.CLEAR_SPAN_PARTITIONS_AHEAD)

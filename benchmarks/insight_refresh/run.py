@@ -121,7 +121,8 @@ class Seeder:
             Trace.objects.bulk_create(traces, batch_size=BATCH)
             spans, feedback, statements_of = [], [], []
             for trace, k in zip(traces, chunk):
-                spans.append(Span(project=self.project, trace=trace, span_id=trace.root_span_id, name="agent",
+                spans.append(Span(project=self.project, trace=trace, trace_day=trace.first_received_day,
+                                  span_id=trace.root_span_id, name="agent",
                                   kind="AGENT", node="", start_time=trace.start_time, end_time=trace.end_time))
                 if not k:
                     feedback.append(Feedback(run=self.run, project=self.project, trace=trace, judge="quality",
@@ -131,7 +132,8 @@ class Seeder:
                 for j in range(k):
                     g = next(stream)
                     span_id = secrets.token_hex(8)
-                    spans.append(Span(project=self.project, trace=trace, span_id=span_id, parent_span_id=
+                    spans.append(Span(project=self.project, trace=trace, trace_day=trace.first_received_day, span_id=span_id,
+                                      parent_span_id=
                                       trace.root_span_id, name=f"{g.node} step", kind="LLM", node=g.node,
                                       start_time=trace.start_time + timedelta(seconds=j + 1),
                                       end_time=trace.start_time + timedelta(seconds=j + 2)))

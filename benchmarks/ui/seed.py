@@ -100,8 +100,16 @@ def seed(*, project, traces: int, spans: int, insights: int, judged: int, runs: 
         "input_tokens": "1000 + i % 700", "output_tokens": "300 + i % 200", "cost": "0.002",
         "outcome": "CASE WHEN i % 10 < 3 THEN 'failure' WHEN i % 10 = 9 THEN NULL ELSE 'success' END",
         "outcome_source": "'root span'", "task_id": "'task-' || (i % 500)", "release": "'r' || (1 + i % 5)",
-        "first_received_at": "now()", "last_received_at": "now()", "finalized_at": "now()",
+        # Received as they ran, over 30 days: 31 daily span partitions on Postgres, as production would have.
+        "first_received_at": f"'{T0}'::timestamptz + make_interval(secs => i * {seconds})",
+        "first_received_day": f"(('{T0}'::timestamptz + make_interval(secs => i * {seconds})) AT TIME ZONE 'UTC')::date",
+        "last_received_at": "now()", "finalized_at": "now()",
     }, "FROM generate_series(1, %s) AS i", [pid, traces]))
+    from traces.services.partitions import span_partitions_ensure
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT DISTINCT first_received_day FROM traces_trace WHERE project_id = %s", [pid])
+        span_partitions_ensure(days=[row[0] for row in cursor.fetchall()])
 
     # Span j of trace i: 0 root agent, 1 planner (child of the root), then triples (agent, llm, tool) of a worker
     # node chosen by (i + triple) % 7, the agent a child of the root, the llm and tool calls children of the agent.
@@ -129,8 +137,9 @@ def seed(*, project, traces: int, spans: int, insights: int, judged: int, runs: 
         "end_time": "t.start_time + make_interval(secs => j * 0.5 + 0.4)",
         "input_tokens": f"CASE WHEN {kind} = 'LLM' THEN 400 ELSE NULL END",
         "output_tokens": f"CASE WHEN {kind} = 'LLM' THEN 120 ELSE NULL END",
-        "release": "t.release", "received_at": "now()",
-    }, (f"FROM (SELECT id, start_time, release, {TRACE_NUM} AS i FROM traces_trace AS t WHERE project_id = %s) "
+        "release": "t.release", "received_at": "now()", "trace_day": "t.first_received_day",
+    }, (f"FROM (SELECT id, start_time, release, first_received_day, {TRACE_NUM} AS i FROM traces_trace AS t "
+        "WHERE project_id = %s) "
         "AS t CROSS JOIN generate_series(0, %s) AS j"), [pid, pid, per_trace - 1]))
 
     # Runs: the oldest first; the newest two judged traces and built insights (the heat map uses the newest).

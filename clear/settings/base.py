@@ -272,6 +272,11 @@ CLEAR_OUTCOME_SCORE_NAME = env_str("CLEAR_OUTCOME_SCORE_NAME", "outcome")
 # Days traces are kept when a project sets none (Settings > Data retention); empty or 0: forever, so that an upgrade
 # never deletes data (traces/services/lifecycle.py).
 CLEAR_RETENTION_DAYS = env_int("CLEAR_RETENTION_DAYS", 0) or None
+# Daily span partitions (Postgres) that beat keeps created ahead of today.
+CLEAR_SPAN_PARTITIONS_AHEAD = env_int("CLEAR_SPAN_PARTITIONS_AHEAD", 7)
+# Whether the evidence quotes (text copied out of spans) stay on insights and tickets once retention removes their
+# traces; off: they go with the traces, for privacy, and the figures stay (diagnosis/services/evidence_expiry.py).
+CLEAR_RETENTION_KEEP_EVIDENCE_QUOTES = env_bool("CLEAR_RETENTION_KEEP_EVIDENCE_QUOTES", False)
 CLEAR_JUDGE_MODEL = env_str("CLEAR_JUDGE_MODEL")
 CLEAR_JUDGE_API_BASE = env_str("CLEAR_JUDGE_API_BASE")
 CLEAR_JUDGE_API_KEY = env_str("CLEAR_JUDGE_API_KEY")
@@ -407,4 +412,6 @@ CELERY_BEAT_SCHEDULE.update({
     "webhooks-sweep": {"task": "webhooks.sweep", "schedule": 60.0},
     # Deletes traces past their project's retention (retention_days, else CLEAR_RETENTION_DAYS), once a day.
     "traces-retention": {"task": "traces.enforce_retention", "schedule": 24 * 3600.0},
+    # Creates the coming days' span partitions on Postgres (traces/services/partitions.py).
+    "traces-span-partitions": {"task": "traces.span_partitions_ensure", "schedule": 3600.0},
 })

@@ -43,7 +43,8 @@ def complete_traces(*, now: datetime):
     """Traces whose root span ended and that have been quiet long enough, not yet claimed by continuous mode."""
     quiet_before = now - timedelta(seconds=conf.trace_quiet_seconds())
     received_after = now - timedelta(hours=conf.continuous_lookback_hours())
-    root_ended = Span.objects.filter(trace=OuterRef("pk"), span_id=OuterRef("root_span_id"), end_time__isnull=False)
+    root_ended = Span.objects.filter(trace=OuterRef("pk"), trace_day=OuterRef("first_received_day"),
+                                     span_id=OuterRef("root_span_id"), end_time__isnull=False)
     unclaimed = ~Exists(ContinuousMark.objects.filter(trace=OuterRef("pk")))
     # Changed since judged, after its last claim, and not being judged now (its judging would not see the change).
     changed = (Q(content_changed_at__gt=F("judged_at"))

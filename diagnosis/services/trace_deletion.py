@@ -6,6 +6,9 @@ insight that occurred in one of those runs is recomputed for it (its statements 
 the frequency's denominator), then its headline figures and the project's trend by release. Runs still active may
 have been waiting for the deleted traces: the hook names them in the trace.deleted fact, and the
 `diagnosis.runs_finish_after_trace_delete` subscriber finishes those that are complete.
+
+Expired traces (retention) correct no count; the quotes copied out of their spans go from the insights and tickets
+that keep them, unless CLEAR_RETENTION_KEEP_EVIDENCE_QUOTES (services/evidence_expiry.py).
 """
 
 from collections import defaultdict
@@ -21,7 +24,11 @@ def traces_delete_prepare(*, project: Project, trace_pks: list[int],
                           expired: bool = False) -> Callable[[], dict | None] | None:
     """Read what counted the traces; returns what corrects the counts once they are gone (None: nothing did).
     Expired traces (retention) correct nothing: runs' counts and insights' figures stay as they were measured, and
-    the tickets with them; only the active runs that may have waited for them are named, to finish."""
+    the tickets with them; only the active runs that may have waited for them are named, to finish. Their citations
+    are frozen on the insights, and their quotes removed unless kept (services/evidence_expiry.py)."""
+    from diagnosis.services.evidence_expiry import evidence_expiry_prepare
+
+    quotes_after = evidence_expiry_prepare(project=project, trace_pks=trace_pks) if expired else None
     counts: dict = defaultdict(lambda: {"total": 0, "done": 0, "skipped": 0})
     for run_id, status, n in (RunTrace.objects.filter(trace_id__in=trace_pks).values_list("run_id", "status")
                               .annotate(n=Count("pk")).order_by()):
@@ -30,12 +37,14 @@ def traces_delete_prepare(*, project: Project, trace_pks: list[int],
             counts[run_id]["done"] += n
         elif status == RunTrace.Status.SKIPPED:
             counts[run_id]["skipped"] += n
-    if not counts:
+    if not counts and quotes_after is None:
         return None
     pairs = set(InsightOccurrence.objects.filter(run_id__in=list(counts), insight__project=project)
                 .values_list("insight_id", "run_id"))
 
     def after() -> dict | None:
+        if quotes_after is not None:
+            quotes_after()
         for run_id, n in ({} if expired else counts).items():
             DiagnosisRun.objects.filter(pk=run_id).update(
                 total_count=F("total_count") - n["total"], done_count=F("done_count") - n["done"],

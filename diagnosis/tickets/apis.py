@@ -26,8 +26,14 @@ class EvidenceSerializer(serializers.Serializer):
     task_id = serializers.CharField()
     release = serializers.CharField()
     span_id = serializers.CharField()
-    quote = serializers.CharField(help_text="as the judge cited it: untrusted trace content, escape before display")
+    quote = serializers.CharField(help_text="as the judge cited it: untrusted trace content, escape before display; "
+                                            "empty once removed (quote_removed)")
     statement = serializers.CharField()
+    expired_at = serializers.DateTimeField(required=False, help_text="only when retention removed the trace: when")
+    retention_days = serializers.IntegerField(required=False, allow_null=True,
+                                              help_text="only when retention removed the trace: its retention")
+    quote_removed = serializers.BooleanField(
+        required=False, help_text="the quote went with its expired trace (CLEAR_RETENTION_KEEP_EVIDENCE_QUOTES off)")
 
 
 class TraceRefSerializer(serializers.Serializer):

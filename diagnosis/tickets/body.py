@@ -73,9 +73,26 @@ def _nodes(insight: Insight) -> list[dict]:
              "title": linked[n].title if n in linked else ""} for n in names]
 
 
+def _expired_evidence(*, insight: Insight, room: int) -> list[dict]:
+    """Citations of traces retention removed, frozen on the insight (their quotes gone unless kept), after the live
+    ones: a later sync keeps them on the ticket, saying the trace expired."""
+    from diagnosis.selectors.expired_evidence import insight_evidence_expired_list
+
+    if room <= 0:
+        return []
+    entries = []
+    for e in insight_evidence_expired_list(project=insight.project, insight=insight, limit=room):
+        entry = {"trace_id": e["trace_id"], "task_id": e.get("task_id", ""), "release": e.get("release", ""),
+                 "span_id": e["span_id"], "quote": e["quote"], "statement": e.get("statement", ""),
+                 "outcome": e.get("outcome", ""), "retention_days": e.get("retention_days"),
+                 "expired_at": e["expired_at"].isoformat() if e["expired_at"] else ""}
+        entries.append({**entry, "quote_removed": True} if e["quote_removed"] else entry)
+    return entries
+
+
 def content_collect(*, insight: Insight) -> Content:
     """Evidence quotes (newest run first, failing traces first, one per trace before a second from the same trace;
-    each with its trace's outcome), the traces the
+    each with its trace's outcome; then those of expired traces), the traces the
     insight occurred in (newest run first) with their task ids and releases, its judged traces and releases, its
     nodes, and the suggested fix drawn from its evidence."""
     from diagnosis.selectors import insight_evidence_list
@@ -91,6 +108,7 @@ def content_collect(*, insight: Insight) -> Content:
                  "span_id": e.span_id, "quote": e.quote, "statement": e.statement_text,
                  "outcome": e.trace.outcome or ""}
                 for e in (first + more)[:EVIDENCE_MAX]]
+    evidence += _expired_evidence(insight=insight, room=EVIDENCE_MAX - len(evidence))
     trace_ids: list[str] = []
     releases: dict[str, int] = {}
     judged = 0
@@ -121,6 +139,13 @@ def _lift(low: float | None, value: float | None, high: float | None) -> str:
                 "compare with)")
     interval = f" (95% interval {low:.2f}–{high:.2f})" if low is not None and high is not None else ""
     return f"{value:.2f}×{interval}: failure rate of traces with the issue over traces without it"
+
+
+def expired_note(entry: dict) -> str:
+    """"trace expired on 2026-01-31, retention 30 days": an evidence entry whose trace retention removed
+    (diagnosis/services/evidence_expiry.py marks it)."""
+    days = entry.get("retention_days")
+    return f"trace expired on {str(entry['expired_at'])[:10]}" + (f", retention {days} days" if days else "")
 
 
 def _link(text: str, url: str) -> str:
@@ -185,13 +210,20 @@ def body_render(*, ticket) -> str:
         ran = {"failure": "run failed", "success": "run succeeded"}.get(item.get("outcome", ""), "outcome unknown")
         where = (f"trace {md_escape(item['trace_id'])} ({ran}), span {md_escape(item['span_id'])}, task "
                  f"{md_escape(item['task_id']) or '—'}, release {md_escape(item['release']) or '—'}")
-        lines += [md_quote(item["quote"] or item["statement"]), "",
-                  f"— {where}: {md_escape(item['statement'])}", ""]
+        if item.get("expired_at"):
+            where += f" ({expired_note(item)})"
+        quote = "> _Quote removed: its trace expired._" if item.get("quote_removed") else md_quote(
+            item["quote"] or item["statement"])
+        lines += [quote, "", f"— {where}: {md_escape(item['statement'])}", ""]
     if ticket.evidence:
         lines += ["Open the evidence in Clear:", ""]
         for item in ticket.evidence[:EVIDENCE_LINKS]:
+            label = "trace {trace_id}, span {span_id}".format(**item)
+            if item.get("expired_at"):  # the trace page would only say this, with a 410
+                lines.append(f"- {md_escape(label)}: {expired_note(item)}")
+                continue
             url = span_url(slug=slug, trace_id=item["trace_id"], span_id=item["span_id"])
-            lines.append(f"- {_link('trace {trace_id}, span {span_id}'.format(**item), url)}")
+            lines.append(f"- {_link(label, url)}")
         lines.append("")
     lines += ["## Reproduce", "", "Affected traces (newest run first):", "",
               "| trace id | task id | release | outcome |", "| --- | --- | --- | --- |"]
@@ -202,7 +234,10 @@ def body_render(*, ticket) -> str:
         lines += ["", f"…and {ticket.trace_total - len(ticket.traces)} more traces."]
     fix = ticket.suggested_fix or {}
     lines += ["", "## Suggested fix", "", md_escape(fix.get("text") or ticket.recommendation) or "—", ""]
-    if fix.get("span_id"):
+    if fix.get("span_id") and fix.get("expired_at"):
+        label = "trace {trace_id}, span {span_id}".format(**fix)
+        lines += [f"Where it fired: {md_escape(label)} ({expired_note(fix)})", ""]
+    elif fix.get("span_id"):
         url = span_url(slug=slug, trace_id=fix["trace_id"], span_id=fix["span_id"])
         lines += [f"Where it fires: {_link('trace {trace_id}, span {span_id}'.format(**fix), url)}", ""]
     # Offline, the recommendation says where the pattern first appears (insights/facts.py), not what to change: the

@@ -36,7 +36,8 @@ def make_trace(project, *, trace_id: str | None = None, start: datetime = T0, re
     )
     for index in range(spans):
         Span.objects.create(
-            project=project, trace=trace, span_id=f"{index + 10:016x}" if index else "a" * 16,
+            project=project, trace=trace, trace_day=trace.first_received_day,
+            span_id=f"{index + 10:016x}" if index else "a" * 16,
             parent_span_id="" if index == 0 else "a" * 16, name=f"step {index}",
             kind=Span.Kind.AGENT if index == 0 else Span.Kind.LLM, node=node, model="gpt-test",
             input=span_input if span_input is not None else {"q": f"question {index}"}, output={"a": "answer"},

@@ -38,7 +38,7 @@ def _build(project, *, traces: int = 20):
         trace = Trace.objects.create(project=project, trace_id=f"{i:032x}", start_time=T0 + timedelta(minutes=i))
         rows.append(trace)
         nodes = ["planner", "writer"] + (["billing"] if i < 10 else [])
-        spans += [Span(project=project, trace=trace, span_id=f"{j:016x}", name=n, node=n, kind="AGENT",
+        spans += [Span(project=project, trace=trace, trace_day=trace.first_received_day, span_id=f"{j:016x}", name=n, node=n, kind="AGENT",
                        start_time=trace.start_time) for j, n in enumerate(nodes)]
     Span.objects.bulk_create(spans)
     RunTrace.objects.bulk_create([RunTrace(run=run, trace=t, status="done") for t in rows]
@@ -106,8 +106,8 @@ def test_cells_are_shares_of_the_nodes_judged_traces(project, owner):
 
 def test_run_and_level_choices_and_empty_states(project, owner):
     client = client_for(owner)
-    Trace.objects.create(project=project, trace_id="1" * 32)
-    Span.objects.create(project=project, trace=Trace.objects.get(project=project), span_id="1" * 16, name="x",
+    trace = Trace.objects.create(project=project, trace_id="1" * 32)
+    Span.objects.create(project=project, trace=trace, trace_day=trace.first_received_day, span_id="1" * 16, name="x",
                         node="planner", start_time=T0)
     html = client.get(f"/p/{project.slug}/nodes/").content.decode()
     assert 'data-testid="heatmap-empty"' in html and "Start a diagnosis run" in html

@@ -232,7 +232,8 @@ def test_a_span_committed_by_a_concurrent_request_during_the_copy_is_skipped_not
     trace = Trace.objects.create(project=project, trace_id="ab" * 16)
 
     def span(n: int, name: str) -> Span:
-        return Span(project=project, trace=trace, span_id=f"{n:016x}", name=name, start_time=datetime.now(timezone.utc),
+        return Span(project=project, trace=trace, trace_day=trace.first_received_day, span_id=f"{n:016x}", name=name,
+                    start_time=datetime.now(timezone.utc),
                     input={"messages": [{"role": "user", "content": "hi"}]}, attributes={"n": n})
 
     first_copied, first_may_commit, second_done = threading.Event(), threading.Event(), threading.Event()

@@ -1,6 +1,6 @@
 """Reads for retention (traces/services/lifecycle.py): how long a project keeps traces, and which are past it."""
 
-from datetime import datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 
 from django.conf import settings
 from django.db.models import QuerySet
@@ -25,6 +25,28 @@ def traces_expired(*, project: Project, now: datetime | None = None) -> QuerySet
         return None
     cutoff = (now or timezone.now()) - timedelta(days=days)
     return Trace.objects.filter(project=project, first_received_at__lt=cutoff).exclude(start_time__gte=cutoff)
+
+
+def span_partitions_expired(*, now: datetime | None = None) -> list[date]:
+    """The days whose span partition retention can drop whole (Postgres): older than the longest retention of any
+    project, with no trace that started since (a trace's start keeps it, see traces_expired). None when a project
+    keeps traces forever."""
+    from traces.services.partitions import span_partition_days
+
+    days = span_partition_days()
+    if not days:
+        return []
+    retentions = [retention_days_effective(project=project) for project in Project.objects.all()]
+    if not retentions or None in retentions:
+        return []
+    oldest_kept = (now or timezone.now()) - timedelta(days=max(retentions))
+    cutoff = oldest_kept.astimezone(UTC).date()
+    candidates = [day for day in days if day < cutoff]
+    if not candidates:
+        return []
+    started_since = set(Trace.objects.filter(first_received_day__in=candidates, start_time__gte=oldest_kept)
+                        .values_list("first_received_day", flat=True).distinct())
+    return [day for day in candidates if day not in started_since]
 
 
 def project_disk_use(*, project: Project) -> dict:

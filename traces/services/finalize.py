@@ -13,8 +13,8 @@ _OUTCOME_WORDS = {"success": "success", "pass": "success", "passed": "success", 
 
 def _reresolve_inferred_nodes(*, trace: Trace) -> int:
     """Spans stored before their AGENT ancestor arrived got a fallback node; give them their agent now."""
-    rows = list(trace.spans.values("pk", "span_id", "parent_span_id", "kind", "node", "node_inferred",
-                                   "node_fallback", "name", "start_time"))
+    rows = list(trace.spans.filter(trace_day=trace.first_received_day).values(
+        "pk", "span_id", "parent_span_id", "kind", "node", "node_inferred", "node_fallback", "name", "start_time"))
     if not any(row["node_inferred"] for row in rows):
         return 0
     records = []
@@ -30,7 +30,7 @@ def _reresolve_inferred_nodes(*, trace: Trace) -> int:
     for record in records:
         row = by_span[record.span_id]
         if row["node_inferred"] and record.node != row["node"]:
-            Span.objects.filter(pk=row["pk"]).update(node=record.node, node_inferred=False)
+            Span.objects.filter(pk=row["pk"], trace_day=trace.first_received_day).update(node=record.node, node_inferred=False)
             changed += 1
     return changed
 
@@ -53,8 +53,9 @@ def trace_finalize(*, trace_pk: int) -> Trace | None:
         if trace is None:
             return None  # deleted meanwhile
         _reresolve_inferred_nodes(trace=trace)
-        spans = list(trace.spans.values("status", "start_time", "end_time", "input_tokens", "output_tokens",
-                                        "usage_is_aggregate", "cost", "parent_span_id", "span_id"))
+        spans = list(trace.spans.filter(trace_day=trace.first_received_day).values(
+            "status", "start_time", "end_time", "input_tokens", "output_tokens", "usage_is_aggregate", "cost",
+            "parent_span_id", "span_id"))
         trace.span_count = len(spans)
         trace.error_count = sum(1 for s in spans if s["status"] == "error")
         trace.start_time = min((s["start_time"] for s in spans), default=None)

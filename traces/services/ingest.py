@@ -77,11 +77,11 @@ _FROM_RECORD = {"span_id", *_SPAN_COLUMNS}
 _record_columns = operator.attrgetter(*(n if n in _FROM_RECORD else "span_id" for n in COLUMN_NAMES))
 _COL = {name: i for i, name in enumerate(COLUMN_NAMES)}
 _TEXT_POSITIONS = tuple(_COL[n] for n in sorted(_TEXT_COLUMNS))
-_NAME, _PROJECT, _TRACE, _INFERRED, _RECEIVED = (_COL[n] for n in ("name", "project", "trace", "node_inferred",
-                                                                     "received_at"))
+_NAME, _PROJECT, _TRACE, _INFERRED, _RECEIVED, _DAY = (_COL[n] for n in ("name", "project", "trace", "node_inferred",
+                                                                           "received_at", "trace_day"))
 
 
-def _span_row(record: SpanRecord, *, project_pk: int, trace_pk: int, node_inferred: bool) -> SpanRow:
+def _span_row(record: SpanRecord, *, project_pk: int, trace: Trace, node_inferred: bool) -> SpanRow:
     """The row of a record: its _SPAN_COLUMNS (None as "" in text columns, the name cut to 500) and span_id."""
     values = list(_record_columns(record))
     for i in _TEXT_POSITIONS:
@@ -89,7 +89,8 @@ def _span_row(record: SpanRecord, *, project_pk: int, trace_pk: int, node_inferr
             values[i] = ""
     name = values[_NAME]
     values[_NAME] = name[:500] if name else ""
-    values[_PROJECT], values[_TRACE], values[_INFERRED], values[_RECEIVED] = project_pk, trace_pk, node_inferred, None
+    values[_PROJECT], values[_TRACE], values[_INFERRED], values[_RECEIVED] = project_pk, trace.pk, node_inferred, None
+    values[_DAY] = trace.first_received_day
     return SpanRow.from_columns(values)
 
 
@@ -140,7 +141,7 @@ def _stored_lookup(
             parents.add((trace_pk, span.parent_span_id))
     if not own and not parents:
         return set(), {}
-    stored = stored_spans_find(keys=own | parents)
+    stored = stored_spans_find(keys=own | parents, days={traces[s.trace_id].first_received_day for s in spans})
     by_pk = {trace.pk: trace_id for trace_id, trace in traces.items()}
     existing = {(by_pk[trace_pk], span_id) for trace_pk, span_id in stored.keys() & own}
     known = {}
@@ -180,7 +181,8 @@ def _resends_merge(*, traces: dict[str, Trace], records: list[SpanRecord], infer
     One query for all of them (a retried batch is the common case, and it changes nothing); returns how many
     stored spans changed, per trace row."""
     stored = {(span.trace_id, span.span_id): span for span in Span.objects.select_for_update().filter(
-        trace_id__in={traces[r.trace_id].pk for r in records}, span_id__in={r.span_id for r in records})}
+        trace_id__in={traces[r.trace_id].pk for r in records}, span_id__in={r.span_id for r in records},
+        trace_day__in={traces[r.trace_id].first_received_day for r in records})}
     updated: dict[int, int] = {}
     for record in records:
         span = stored.get((traces[record.trace_id].pk, record.span_id))
@@ -243,7 +245,7 @@ def spans_ingest(*, project: Project, spans: list[SpanRecord], provided_fields: 
                 _cost_estimate(record)
             if traces[record.trace_id].judged_at is not None:
                 changed_traces.add(traces[record.trace_id].pk)
-            rows.append(_span_row(record, project_pk=project.pk, trace_pk=traces[record.trace_id].pk,
+            rows.append(_span_row(record, project_pk=project.pk, trace=traces[record.trace_id],
                                   node_inferred=key in inferred))
         if resent:
             updated = _resends_merge(traces=traces, records=resent, inferred=inferred)
@@ -299,7 +301,8 @@ def _cost_estimate(record: SpanRecord) -> None:
 def _span_merge(*, trace: Trace, span_id: str, fields: dict) -> tuple[bool, bool]:
     """Write `fields` over the stored span; returns (the span was found, its content changed). A judged trace
     whose content changed is marked "changed since judged"."""
-    span = Span.objects.select_for_update().filter(trace=trace, span_id=span_id).first()
+    span = Span.objects.select_for_update().filter(trace=trace, span_id=span_id,
+                                                   trace_day=trace.first_received_day).first()
     if span is None:
         return False, False
     changed = []

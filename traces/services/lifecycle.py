@@ -11,10 +11,14 @@ Expired traces go in batches; the hooks are told (`expired=True`) so that what w
 (diagnosis: runs' counts, insights' figures and tickets are frozen), and each leaves an ExpiredTrace row so that a
 link to it says it expired instead of "no such trace". The daily beat task enforces it; `manage.py
 enforce_retention --dry-run` says how many traces would go.
+
+On Postgres the spans of a day past the longest retention of any project go first, by dropping that day's partition
+(traces/services/partitions.py), so the batches that follow delete trace rows, not millions of span rows one by one;
+a project with a shorter retention has its spans deleted with its traces, in the batches.
 """
 
 import logging
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.db import transaction
 from django.utils import timezone
@@ -24,7 +28,8 @@ from clear.projects.models import Project
 from traces.facts import traces_deleted_publish
 from traces.hooks import trace_delete_hooks
 from traces.models import ExpiredTrace, Trace
-from traces.selectors.retention import retention_days_effective, traces_expired
+from traces.selectors.retention import retention_days_effective, span_partitions_expired, traces_expired
+from traces.services.partitions import span_partitions_drop
 
 logger = logging.getLogger(__name__)
 
@@ -105,6 +110,11 @@ def traces_retention_enforce(*, now: datetime | None = None, batch: int = RETENT
     returns one {"project", "days", "traces"} per project with a retention."""
     now = now or timezone.now()
     report = []
+    if projects is None and not dry_run:
+        expired_days = span_partitions_expired(now=now)
+        if expired_days:
+            # Every trace of those days is expired for its project: the loop below deletes their rows.
+            span_partitions_drop(before=expired_days[-1] + timedelta(days=1), only=expired_days)
     for project in projects if projects is not None else Project.objects.order_by("slug"):
         old = traces_expired(project=project, now=now)
         if old is None:

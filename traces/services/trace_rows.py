@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from datetime import UTC, date
 
 from django.db import connections, models, router
 from django.db.models import Q
@@ -48,7 +49,8 @@ def traces_upsert(*, project: Project, trace_ids: Iterable[str]) -> tuple[dict[s
     connection = connections[alias]
     if not on_postgres(connection):
         Trace.objects.bulk_create(
-            [Trace(project=project, trace_id=t, first_received_at=now, last_received_at=now) for t in wanted],
+            [Trace(project=project, trace_id=t, first_received_at=now, first_received_day=now.astimezone(UTC).date(),
+                   last_received_at=now) for t in wanted],
             ignore_conflicts=True,
         )
         rows = {trace.trace_id: trace for trace in Trace.objects.filter(project=project, trace_id__in=wanted)}
@@ -60,6 +62,7 @@ def traces_upsert(*, project: Project, trace_ids: Iterable[str]) -> tuple[dict[s
     columns, select, params = insert_select_parts(connection, Trace, {
         "trace_id": "t", "project_id": f"%(project)s::{Trace._meta.get_field('project').db_type(connection)}",
         "first_received_at": "%(now)s::timestamptz",
+        "first_received_day": "(%(now)s::timestamptz AT TIME ZONE 'UTC')::date",
         "last_received_at": "%(now)s::timestamptz",
     })
     sql = (
@@ -86,8 +89,10 @@ def traces_upsert(*, project: Project, trace_ids: Iterable[str]) -> tuple[dict[s
     return rows, created
 
 
-def stored_spans_find(*, keys: Iterable[tuple[int, str]]) -> dict[tuple[int, str], tuple[str, str, bool]]:
-    """(kind, node, node_inferred) of the stored spans among `keys` = (trace row pk, span id)."""
+def stored_spans_find(*, keys: Iterable[tuple[int, str]],
+                      days: Iterable[date] = ()) -> dict[tuple[int, str], tuple[str, str, bool]]:
+    """(kind, node, node_inferred) of the stored spans among `keys` = (trace row pk, span id); `days`, the traces'
+    first_received_day, lets Postgres read only their partitions."""
     keys = sorted(set(keys))
     if not keys:
         return {}
@@ -100,14 +105,21 @@ def stored_spans_find(*, keys: Iterable[tuple[int, str]]) -> dict[tuple[int, str
         for trace_pk, span_ids in by_trace.items():
             condition |= Q(trace_id=trace_pk, span_id__in=span_ids)
         rows = Span.objects.filter(condition).values_list("trace_id", "span_id", "kind", "node", "node_inferred")
+        if days:
+            rows = rows.filter(trace_day__in=set(days))
         return {(t, s): (kind, node, inferred) for t, s, kind, node, inferred in rows}
     table = connection.ops.quote_name(Span._meta.db_table)
     sql = (
         f"SELECT s.trace_id, s.span_id, s.kind, s.node, s.node_inferred FROM {table} s "
         "JOIN unnest(%s::bigint[], %s::text[]) AS k(t, id) ON s.trace_id = k.t AND s.span_id = k.id"
     )
+    params = [[k[0] for k in keys], [k[1] for k in keys]]
+    days = sorted(set(days))
+    if days:
+        # Spelled out, not a parameter: a constant list prunes partitions when the statement is planned.
+        sql += " WHERE s.trace_day IN ({})".format(", ".join(f"'{day.isoformat()}'::date" for day in days))
     with connection.wrap_database_errors, raw_cursor(connection) as cursor:
-        cursor.execute(sql, [[k[0] for k in keys], [k[1] for k in keys]])
+        cursor.execute(sql, params)
         return {(t, s): (kind, node, inferred) for t, s, kind, node, inferred in cursor.fetchall()}
 
 
