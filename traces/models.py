@@ -96,8 +96,8 @@ class Span(models.Model):
         EVENT = "EVENT"
         SPAN = "SPAN"
 
-    # No single-column indexes: the unique key (project, trace, ...) and span_trace_start lead with these columns,
-    # and each index is written by every span of the ingest path.
+    # No single-column indexes: span_project_node and the unique key (trace, ...) lead with these columns, and
+    # each index is written by every span of the ingest path.
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+", db_index=False)
     trace = models.ForeignKey(Trace, on_delete=models.CASCADE, related_name="spans", db_index=False)
     span_id = models.CharField(max_length=16)
@@ -143,8 +143,10 @@ class Span(models.Model):
     class Meta:
         constraints = [
             # Idempotency on (project, trace id, span id); trace_day is the same for every span of a trace, and a
-            # partitioned table's unique keys must hold the partition key. Project leads, for Citus.
-            models.UniqueConstraint(fields=["project", "trace", "span_id", "trace_day"], name="span_unique_per_trace")
+            # partitioned table's unique keys must hold the partition key, as a distributed one (Citus) must hold
+            # project. Trace and span id lead: a fresh day's partition has no statistics yet, and with project
+            # first the planner scanned the project's rows instead of probing (trace, span id).
+            models.UniqueConstraint(fields=["trace", "span_id", "trace_day", "project"], name="span_unique_per_trace")
         ]
         indexes = [
             models.Index(fields=["trace", "start_time"], name="span_trace_start"),

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from diagnosis.clustering.stats import TraceInfo
 from diagnosis.insights.statements import Draft
 from traces.models import Span
+from traces.selectors import trace_days_for
 
 MAX_TRACES = 50  # traces whose spans are read for the first appearance and the next step
 OUTPUT_PROPERTY_JUDGES = frozenset({"rule.empty_output", "rule.truncated_output"})
@@ -56,13 +57,14 @@ def _step(span: dict) -> _Step:
     return _Step(span["node"], span["name"], span["status"] == "error")
 
 
-def _steps(cited: dict[int, set[str]]) -> tuple[Counter, Counter]:
+def _steps(cited: dict[int, set[str]], *, project_id: int) -> tuple[Counter, Counter]:
     """(first-appearance steps, next steps), counted once per trace (None: nothing came next). The first appearance
     is the earliest cited span that holds no other cited span: an agent's span that failed because a call inside it
     failed started first, but the call is where the pattern shows."""
     pks = sorted(cited)[:MAX_TRACES]
     spans: dict[int, list[dict]] = {}
-    for row in Span.objects.filter(trace_id__in=pks).values(
+    days = trace_days_for(project=project_id, trace_pks=pks)  # only their days' span partitions
+    for row in Span.objects.filter(trace_id__in=pks, trace_day__in=days).values(
             "trace_id", "span_id", "parent_span_id", "name", "node", "start_time", "end_time", "status"):
         spans.setdefault(row["trace_id"], []).append(row)
     at, after = Counter(), Counter()
@@ -114,9 +116,10 @@ def _share(rows: list[int], drafts: list[Draft], traces: Mapping[str, TraceInfo]
             f"the {len(succeeding)} succeeding ones" + (f" ({unknown} more of unknown outcome)." if unknown else "."))
 
 
-def insight_offline_text(*, rows: list[int], drafts: list[Draft], traces: Mapping[str, TraceInfo]) -> OfflineText:
+def insight_offline_text(*, project_id: int, rows: list[int], drafts: list[Draft],
+                         traces: Mapping[str, TraceInfo]) -> OfflineText:
     """The root cause and recommendation of an insight named without a model, from its statements `rows`."""
-    at, after = _steps(_cited(rows, drafts))
+    at, after = _steps(_cited(rows, drafts), project_id=project_id)
     share = _share(rows, drafts, traces)
     if not at:
         return OfflineText(root_cause=share, recommendation="")
@@ -133,7 +136,8 @@ def insight_offline_text(*, rows: list[int], drafts: list[Draft], traces: Mappin
     return OfflineText(root_cause=f"{first} {share}", recommendation=recommendation)
 
 
-def insight_by_design(*, rows: list[int], drafts: list[Draft], traces: Mapping[str, TraceInfo]) -> bool:
+def insight_by_design(*, project_id: int, rows: list[int], drafts: list[Draft],
+                      traces: Mapping[str, TraceInfo]) -> bool:
     """Whether statements `rows` are by-design behaviour: all of them an output property's (OUTPUT_PROPERTY_JUDGES)
     on a span, their traces holding succeeding and failing runs (recorded outcomes), and every call of each step they
     cite (same node, kind and tool, else span name) in the judged `traces` cited by one of them."""
@@ -147,13 +151,20 @@ def insight_by_design(*, rows: list[int], drafts: list[Draft], traces: Mapping[s
     steps = set()
     for start in range(0, len(pks), _TRACE_CHUNK):
         chunk = set(pks[start:start + _TRACE_CHUNK])
-        steps |= set(Span.objects.filter(trace_id__in=chunk, span_id__in={s for pk, s in cited if pk in chunk})
+        steps |= set(Span.objects.filter(trace_id__in=chunk,
+                                         trace_day__in=trace_days_for(project=project_id, trace_pks=chunk),
+                                         span_id__in={s for pk, s in cited if pk in chunk})
                      .values_list("node", "kind", "tool_name", "name"))
     judged = sorted(int(pk) for pk in traces)
+    chunks = [judged[start:start + _TRACE_CHUNK] for start in range(0, len(judged), _TRACE_CHUNK)]
+    days: dict[int, list] = {}  # chunk index -> its traces' days (only their span partitions), read once
     for node, kind, tool, name in {(n, k, t, "" if t else name) for n, k, t, name in steps}:
-        calls = Span.objects.filter(node=node, kind=kind, tool_name=tool, **({"name": name} if name else {}))
-        for start in range(0, len(judged), _TRACE_CHUNK):
-            chunk = calls.filter(trace_id__in=judged[start:start + _TRACE_CHUNK]).values_list("trace_id", "span_id")
-            if any(call not in cited for call in chunk.iterator()):
+        calls = Span.objects.filter(node=node, kind=kind, tool_name=tool,
+                                    **({"name": name} if name else {}))
+        for index, chunk in enumerate(chunks):
+            if index not in days:
+                days[index] = trace_days_for(project=project_id, trace_pks=chunk)
+            found = calls.filter(trace_id__in=chunk, trace_day__in=days[index]).values_list("trace_id", "span_id")
+            if any(call not in cited for call in found.iterator()):
                 return False
     return True

@@ -75,7 +75,8 @@ def _apply_name(insight: Insight, name, group: Group, data: RunData, new: bool) 
         insight.naming_source = "llm"
         insight.root_cause, insight.recommendation = name.root_cause, name.recommendation
     elif insight.naming_source != "llm":
-        text = insight_offline_text(rows=group.rows, drafts=data.drafts, traces=data.traces)
+        text = insight_offline_text(project_id=data.run.project_id, rows=group.rows, drafts=data.drafts,
+                                    traces=data.traces)
         insight.root_cause, insight.recommendation = text.root_cause, text.recommendation
     if name.source == "llm" or insight.naming_source != "llm" or not insight.description:
         insight.description = name.description
@@ -126,8 +127,8 @@ def insights_write(*, data: RunData, groups: list[Group], names: dict[int, tuple
             insight.lift = stats.lift
             insight.lift_low, insight.lift_high = stats.lift_ci if stats.lift_ci else (None, None)
             insight.affected_nodes = dict(Counter(drafts[r].node for r in rows if drafts[r].node).most_common())
-            insight.by_design = not group.is_other and insight_by_design(rows=rows, drafts=drafts,
-                                                                         traces=data.traces)
+            insight.by_design = not group.is_other and insight_by_design(project_id=run.project_id, rows=rows,
+                                                                         drafts=drafts, traces=data.traces)
             insight.last_run = run
         insight.last_seen = max(filter(None, [insight.last_seen, seen_at]))
         insight.first_seen = min(filter(None, [insight.first_seen, seen_at]))
@@ -212,7 +213,7 @@ def _evidence_write(*, data: RunData, groups: list[Group], insight_of: list[Insi
         chosen += [(insight, r) for r in picked[:EVIDENCE_STATEMENTS]]
     wanted = {(data.drafts[r].trace_pk, e["span_id"]) for _, r in chosen
               for e in data.drafts[r].evidence[:EVIDENCE_PER_STATEMENT]}
-    verified = evidence_verified(pairs=wanted)
+    verified = evidence_verified(project_id=data.run.project_id, pairs=wanted)
     rows = []
     for insight, r in chosen:
         draft = data.drafts[r]

@@ -27,6 +27,7 @@ from django.db.models import Q
 from diagnosis.clustering.statements import normalize_text, split_critique
 from diagnosis.models import DiagnosisRun, Feedback, FeedbackCorrection
 from traces.models import Span
+from traces.selectors import trace_days_for
 
 SEVERITY_RANK = {"low": 0, "medium": 1, "high": 2, "critical": 3}
 _SPAN_CHUNK = 500
@@ -80,7 +81,7 @@ def corrected_keys(*, project_id: int) -> set[tuple[int, str, str]]:
                                                               "feedback__target_span_id")}
 
 
-def _span_nodes(pairs: set[tuple[int, str]]) -> dict[tuple[int, str], tuple[str, float, str]]:
+def _span_nodes(pairs: set[tuple[int, str]], *, project_id: int) -> dict[tuple[int, str], tuple[str, float, str]]:
     """(trace pk, span id) -> (the span's node, its start as epoch seconds, its tool name)."""
     by_trace: dict[int, set[str]] = {}
     for trace_pk, span_id in pairs:
@@ -90,8 +91,10 @@ def _span_nodes(pairs: set[tuple[int, str]]) -> dict[tuple[int, str], tuple[str,
     for start in range(0, len(traces), _SPAN_CHUNK):
         chunk = traces[start:start + _SPAN_CHUNK]
         span_ids = set().union(*(by_trace[t] for t in chunk))
-        for trace_pk, span_id, node, started, tool in Span.objects.filter(trace_id__in=chunk, span_id__in=span_ids) \
-                .values_list("trace_id", "span_id", "node", "start_time", "tool_name"):
+        days = trace_days_for(project=project_id, trace_pks=chunk)  # only their days' span partitions
+        spans = Span.objects.filter(trace_id__in=chunk, trace_day__in=days, span_id__in=span_ids)
+        for trace_pk, span_id, node, started, tool in spans.values_list("trace_id", "span_id", "node", "start_time",
+                                                                         "tool_name"):
             nodes[(trace_pk, span_id)] = (node or "", started.timestamp(), tool or "")
     return nodes
 
@@ -138,7 +141,8 @@ def statements_collect(*, run: DiagnosisRun, trace_pks=None, feedback_after: int
     cited = {(r["trace_id"], str(e.get("span_id") or "")) for r in rows for i in (r["issues"] or [])
              if isinstance(i, dict) and r["judge"].startswith("rule.")
              for e in i.get("evidence") or [] if isinstance(e, dict) and e.get("span_id")}
-    nodes = _span_nodes({(r["trace_id"], r["target_span_id"]) for r in rows if r["target_span_id"]} | cited)
+    nodes = _span_nodes({(r["trace_id"], r["target_span_id"]) for r in rows if r["target_span_id"]} | cited,
+                        project_id=run.project_id)
     drafts: list[Draft] = []
     for row in rows:
         target = row["target_span_id"] or ""

@@ -10,6 +10,7 @@ from diagnosis.judges.contract import SpanView
 from diagnosis.judges.text import normalise
 from diagnosis.services.evidence import span_text
 from traces.models import Span
+from traces.selectors import trace_days_for
 
 _FIELDS = ("trace_id", "span_id", "parent_span_id", "name", "kind", "node", "start_time", "end_time", "input",
            "output", "status", "status_message", "attributes", "exceptions")
@@ -28,7 +29,7 @@ class VerifiedSpans:
         return not wanted or wanted in text
 
 
-def evidence_verified(*, pairs: set[tuple[int, str]]) -> VerifiedSpans:
+def evidence_verified(*, project_id: int, pairs: set[tuple[int, str]]) -> VerifiedSpans:
     by_trace: dict[int, set[str]] = {}
     for trace_pk, span_id in pairs:
         by_trace.setdefault(trace_pk, set()).add(span_id)
@@ -37,7 +38,9 @@ def evidence_verified(*, pairs: set[tuple[int, str]]) -> VerifiedSpans:
     for start in range(0, len(traces), _CHUNK):
         chunk = traces[start:start + _CHUNK]
         span_ids = set().union(*(by_trace[t] for t in chunk))
-        for row in Span.objects.filter(trace_id__in=chunk, span_id__in=span_ids).values(*_FIELDS):
+        days = trace_days_for(project=project_id, trace_pks=chunk)  # only their days' span partitions
+        spans = Span.objects.filter(trace_id__in=chunk, trace_day__in=days, span_id__in=span_ids)
+        for row in spans.values(*_FIELDS):
             if row["span_id"] not in by_trace[row["trace_id"]]:
                 continue
             view = SpanView(span_id=row["span_id"], parent_span_id=row["parent_span_id"] or "", name=row["name"],

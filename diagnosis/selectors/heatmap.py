@@ -16,6 +16,7 @@ from clear.projects.models import Project
 from diagnosis.models import DiagnosisRun, Insight, InsightOccurrence, InsightStatement, RunTrace
 from diagnosis.selectors.insights import insight_list
 from traces.models import Span
+from traces.selectors import trace_days_for
 
 MAX_COLUMNS = 16
 JUDGED_CACHE_SECONDS = 600
@@ -57,7 +58,8 @@ def node_judged_trace_counts(*, project: Project, run: DiagnosisRun) -> dict[str
     judged = cache.get(key) if run.is_finished else None
     if judged is None:
         traces = RunTrace.objects.filter(run=run, status=RunTrace.Status.DONE).values("trace_id")
-        judged = dict(Span.objects.filter(project=project, trace_id__in=traces).exclude(node="")
+        days = trace_days_for(project=project, trace_pks=traces)  # only their days' span partitions
+        judged = dict(Span.objects.filter(project=project, trace_id__in=traces, trace_day__in=days).exclude(node="")
                       .values("node").annotate(n=Count("trace_id", distinct=True)).order_by()
                       .values_list("node", "n"))
         if run.is_finished:

@@ -33,6 +33,7 @@ from diagnosis.services.contrastive import contrastive_run_judge_safely
 from diagnosis.services.run_start import diagnosis_run_start, judges_resolve, run_start_send, trace_sampled
 from diagnosis.services.trace_view import trace_view_build
 from traces.models import Span
+from traces.selectors import trace_days_for
 from traces.services.lifecycle import trace_judged_mark
 
 logger = logging.getLogger(__name__)
@@ -62,7 +63,9 @@ def tasks_run_inline() -> bool:
 
 def node_stats_build(*, run: DiagnosisRun) -> dict:
     """Per-node medians and MADs of span duration and tokens over the run's traces (the outlier rules' baseline)."""
-    spans = Span.objects.filter(trace_id__in=RunTrace.objects.filter(run=run).values("trace_id"))
+    traces = RunTrace.objects.filter(run=run).values("trace_id")
+    days = trace_days_for(project=run.project_id, trace_pks=traces)  # only their days' span partitions
+    spans = Span.objects.filter(trace_id__in=traces, trace_day__in=days)
     rows = spans.values_list("node", "kind", "tool_name", "start_time", "end_time", "input_tokens", "output_tokens")
     return node_stats_from_rows(rows[:_STATS_SPAN_LIMIT].iterator(chunk_size=5000))
 

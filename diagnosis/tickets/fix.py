@@ -102,7 +102,8 @@ def _span_pick(insight: Insight, rows: list, feedback: dict) -> tuple[object, Sp
     failing = [e for e in rows if e.trace.outcome == "failure"]
     pairs = pairs_of(failing) + pairs_of(rows[len(failing):])
     spans = {(s.trace_id, s.span_id): s for s in Span.objects.filter(
-        trace_id__in={e.trace_id for e in rows}, span_id__in={span_id for _, span_id in pairs})}
+        trace_id__in={e.trace_id for e in rows}, span_id__in={span_id for _, span_id in pairs},
+        trace_day__in={e.trace.first_received_day for e in rows})}  # the evidence's traces are loaded with it
     node = insight.node if insight.level == Insight.Level.NODE else ""
     for e, span_id in pairs:
         span = spans.get((e.trace_id, span_id))

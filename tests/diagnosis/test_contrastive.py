@@ -186,7 +186,7 @@ def test_each_planted_bug_is_one_finding_at_its_node_from_outcomes_alone(demo, j
         node = Span.objects.get(trace=row.trace, span_id=row.target_span_id).node
         assert node == row.details["findings"][0]["node"]
         pairs |= {(row.trace_id, e["span_id"]) for issue in row.issues for e in issue["evidence"]}
-    verified = evidence_verified(pairs=pairs)
+    verified = evidence_verified(project_id=project.pk, pairs=pairs)
     for row in feedback:
         for issue in row.issues:
             assert issue["evidence"] and issue["title"].startswith("Fails more often when ")

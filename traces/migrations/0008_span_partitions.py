@@ -48,7 +48,7 @@ def _sqlite_fields(apps):
 
 
 OLD_UNIQUE = models.UniqueConstraint(fields=["trace", "span_id"], name="span_unique_per_trace")
-NEW_UNIQUE = models.UniqueConstraint(fields=["project", "trace", "span_id", "trace_day"], name="span_unique_per_trace")
+NEW_UNIQUE = models.UniqueConstraint(fields=["trace", "span_id", "trace_day", "project"], name="span_unique_per_trace")
 
 
 def span_table_convert(apps, schema_editor):

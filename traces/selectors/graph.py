@@ -2,7 +2,8 @@
 
 The workflow and nodes pages look at the newest GRAPH_TRACE_SAMPLE traces: enough to see every path the agent takes
 and its current health, bounded so a project with millions of spans costs what one with thousands does. The sampled
-traces are passed to Postgres as one array of pks, so their spans are read by index, never by a scan of every span.
+traces are passed to Postgres as one array of pks, so their spans are read by index, never by a scan of every span,
+together with the traces' first-received days (`trace_days_for`), so only those days' span partitions are read.
 What the judges said about those spans is added by `diagnosis.selectors` (node figures with failing verdicts).
 """
 
@@ -17,7 +18,7 @@ from django.db.models import Count, Q
 from clear.db import postgres_fast_path
 from clear.projects.models import Project
 from traces.models import Span
-from traces.selectors.traces import TraceFilter, release_filter_value, trace_list_filtered
+from traces.selectors.traces import TraceFilter, release_filter_value, trace_days_for, trace_list_filtered
 
 GRAPH_TRACE_SAMPLE = 2000
 _SIBLING_GROUP_MAX = 200
@@ -46,17 +47,21 @@ def _node_figures_postgres(*, project: Project, trace_pks: list[int]) -> dict[st
     col = {f.name: f.column for f in Span._meta.concrete_fields}
     sql = (f"SELECT {col['node']}, count(*), count(DISTINCT {col['trace']}), "
            f"count(*) FILTER (WHERE {col['status']} = 'error'), count(*) FILTER (WHERE {col['kind']} = %s) "
-           f"FROM {Span._meta.db_table} WHERE {col['project']} = %s AND {col['trace']} = ANY(%s) GROUP BY 1")
+           f"FROM {Span._meta.db_table} WHERE {col['project']} = %s AND {col['trace']} = ANY(%s) "
+           f"AND {col['trace_day']} = ANY(%s) GROUP BY 1")
+    days = trace_days_for(project=project, trace_pks=trace_pks)
     with connection.cursor() as cursor:
-        cursor.execute(sql, [Span.Kind.AGENT, project.pk, trace_pks])
+        cursor.execute(sql, [Span.Kind.AGENT, project.pk, trace_pks, days])
         return {node: {"spans": n, "traces": traces, "errors": errors, "agent_spans": agents}
                 for node, n, traces, errors, agents in cursor.fetchall()}
 
 
 @postgres_fast_path(_node_figures_postgres)
 def span_node_figures(*, project: Project, trace_pks: list[int]) -> dict[str, dict]:
-    """{node: {spans, traces, errors, agent_spans}} over these traces' spans; one grouped query."""
-    rows = (Span.objects.filter(project=project, trace_id__in=trace_pks).order_by().values("node")
+    """{node: {spans, traces, errors, agent_spans}} over these traces' spans; one grouped query (after the traces'
+    days)."""
+    days = trace_days_for(project=project, trace_pks=trace_pks)
+    rows = (Span.objects.filter(project=project, trace_id__in=trace_pks, trace_day__in=days).order_by().values("node")
             .annotate(spans=Count("pk"), traces=Count("trace", distinct=True),
                       errors=Count("pk", filter=Q(status="error")),
                       agent_spans=Count("pk", filter=Q(kind=Span.Kind.AGENT))))
@@ -71,10 +76,11 @@ def _node_status_list_postgres(*, project: Project, pairs: set[tuple[int, str]])
     col = {f.name: f.column for f in Span._meta.concrete_fields}
     sql = (f"SELECT s.{col['node']}, s.{col['status']} FROM unnest(%s::bigint[], %s::text[]) AS f(t, sid) "
            f"JOIN {Span._meta.db_table} AS s ON s.{col['trace']} = f.t AND s.{col['span_id']} = f.sid "
-           f"WHERE s.{col['project']} = %s")
+           f"WHERE s.{col['project']} = %s AND s.{col['trace_day']} = ANY(%s)")
     traces, span_ids = zip(*sorted(pairs), strict=True)
+    days = trace_days_for(project=project, trace_pks=set(traces))
     with connection.cursor() as cursor:
-        cursor.execute(sql, [list(traces), list(span_ids), project.pk])
+        cursor.execute(sql, [list(traces), list(span_ids), project.pk, days])
         return cursor.fetchall()
 
 
@@ -83,7 +89,9 @@ def span_node_status_list(*, project: Project, pairs: set[tuple[int, str]]) -> l
     """(node, status) of the spans named by (trace pk, span id) pairs."""
     if not pairs:
         return []
-    rows = (Span.objects.filter(project=project, trace_id__in={t for t, _ in pairs})
+    traces = {t for t, _ in pairs}
+    rows = (Span.objects.filter(project=project, trace_id__in=traces,
+                                trace_day__in=trace_days_for(project=project, trace_pks=traces))
             .values_list("trace_id", "span_id", "node", "status"))
     return [(node, status) for trace, span_id, node, status in rows if (trace, span_id) in pairs]
 
@@ -104,22 +112,23 @@ def _handoffs(group: list[tuple]) -> list[tuple[str, str]]:
 
 
 def _workflow_rows_postgres(*, project: Project, trace_pks: list[int]) -> list[tuple]:
-    """One statement, one read of these traces' spans (a materialised CTE), with a hash self-join for the calls;
-    times as epoch seconds: tens of thousands of timezone-aware datetimes cost more to load than the rest of the
-    page."""
+    """One statement (after the traces' days), one read of these traces' spans (a materialised CTE), with a hash
+    self-join for the calls; times as epoch seconds: tens of thousands of timezone-aware datetimes cost more to load
+    than the rest of the page."""
     table, col = Span._meta.db_table, {f.name: f.column for f in Span._meta.concrete_fields}
     sql = (f"WITH s AS MATERIALIZED (SELECT {col['id']} AS id, {col['trace']} AS t, {col['span_id']} AS sid, "
            f"{col['parent_span_id']} AS parent, {col['node']} AS node, {col['kind']} AS kind, "
            f"{col['status']} AS status, extract(epoch FROM {col['start_time']})::float8 AS t0, "
            f"extract(epoch FROM coalesce({col['end_time']}, {col['start_time']}))::float8 AS t1 "
-           f"FROM {table} WHERE {col['project']} = %s AND {col['trace']} = ANY(%s)) "
+           f"FROM {table} WHERE {col['project']} = %s AND {col['trace']} = ANY(%s) AND {col['trace_day']} = ANY(%s)) "
            "SELECT 'n', node, NULL, count(*), count(DISTINCT t), count(*) FILTER (WHERE status = 'error'), "
            "count(*) FILTER (WHERE kind = %s), NULL::float8, NULL::float8 FROM s GROUP BY node "
            "UNION ALL SELECT 'c', p.node, c.node, count(*), NULL, NULL, NULL, NULL, NULL FROM s AS c "
            "JOIN s AS p ON p.t = c.t AND p.sid = c.parent WHERE c.parent <> '' GROUP BY p.node, c.node "
            "UNION ALL SELECT 'a', node, parent, t, id, NULL, NULL, t0, t1 FROM s WHERE kind = %s")
+    days = trace_days_for(project=project, trace_pks=trace_pks)
     with connection.cursor() as cursor:
-        cursor.execute(sql, [project.pk, trace_pks, Span.Kind.AGENT, Span.Kind.AGENT])
+        cursor.execute(sql, [project.pk, trace_pks, days, Span.Kind.AGENT, Span.Kind.AGENT])
         return cursor.fetchall()
 
 
@@ -128,7 +137,8 @@ def _workflow_rows(*, project: Project, trace_pks: list[int]) -> list[tuple]:
     """From one read of these traces' spans: per node ("n", node, None, spans, traces, errors, agent spans, None,
     None), calls ("c", parent node, node, spans, None...) and the AGENT spans ("a", node, parent span id, trace pk,
     pk, None, None, start, end; times as epoch seconds)."""
-    spans = list(Span.objects.filter(project=project, trace_id__in=trace_pks).values_list(
+    days = trace_days_for(project=project, trace_pks=trace_pks)
+    spans = list(Span.objects.filter(project=project, trace_id__in=trace_pks, trace_day__in=days).values_list(
         "pk", "trace_id", "span_id", "parent_span_id", "node", "kind", "status", "start_time", "end_time"))
     node_of = {(trace, span_id): node for _pk, trace, span_id, _parent, node, *_rest in spans}
     nodes: dict[str, list] = defaultdict(lambda: [0, set(), 0, 0])

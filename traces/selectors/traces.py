@@ -3,8 +3,9 @@ the distinct releases and nodes, and figures over the project's traces."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 
 from django.db import connection
 from django.db.models import BooleanField, Count, Exists, Min, OuterRef, Q, QuerySet, Sum
@@ -41,7 +42,8 @@ def trace_expired_message(*, expired) -> str:
 
 
 def span_list_for_trace(*, project: Project, trace: Trace) -> QuerySet[Span]:
-    return Span.objects.filter(project=project, trace=trace).order_by("start_time", "pk")
+    return Span.objects.filter(project=project, trace=trace, trace_day=trace.first_received_day).order_by(
+        "start_time", "pk")
 
 
 # --- the trace filter -----------------------------------------------------------------------------------------------
@@ -84,7 +86,8 @@ def trace_list_filtered(*, project: Project, filters: TraceFilter) -> QuerySet[T
     elif filters.outcome:
         traces = traces.filter(outcome=filters.outcome)
     if filters.node:
-        traces = traces.filter(Exists(Span.objects.filter(trace=OuterRef("pk"), node=filters.node)))
+        traces = traces.filter(Exists(Span.objects.filter(trace=OuterRef("pk"), trace_day=OuterRef("first_received_day"),
+                                                         node=filters.node)))
     if filters.q:
         text = filters.q.strip()
         traces = traces.filter(Q(name__icontains=text) | Q(task_id__icontains=text)
@@ -204,3 +207,37 @@ def release_first_received(*, project: Project, releases: list[str]) -> dict[str
     rows = (Trace.objects.filter(project=project, release__in=releases).values("release")
             .annotate(first=Min("first_received_at")))
     return {row["release"]: row["first"] for row in rows}
+
+
+# --- the span partitions a read touches -----------------------------------------------------------------------------
+
+
+def _trace_days_postgres(*, project_id: int, trace_pks: list[int]) -> list[date]:
+    # One array parameter: `pk__in` would send (and psycopg split) one placeholder per trace.
+    table, pk = Trace._meta.db_table, Trace._meta.pk.column
+    day, project_col = Trace._meta.get_field("first_received_day").column, Trace._meta.get_field("project").column
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT DISTINCT {day} FROM {table} WHERE {project_col} = %s AND {pk} = ANY(%s) ORDER BY 1",
+                       [project_id, trace_pks])
+        return [row[0] for row in cursor.fetchall()]
+
+
+@postgres_fast_path(_trace_days_postgres)
+def _trace_days(*, project_id: int, trace_pks: list[int]) -> list[date]:
+    return list(Trace.objects.filter(project_id=project_id, pk__in=trace_pks).order_by("first_received_day")
+                .values_list("first_received_day", flat=True).distinct())
+
+
+def trace_days_for(*, project: Project | int, trace_pks: Iterable[int] | QuerySet) -> list[date]:
+    """The distinct first-received days of these traces of the project (a Project or its pk), oldest first.
+
+    A span read that knows its traces adds `trace_day__in=` these days (Span.trace_day is the trace's
+    first_received_day): on Postgres the planner then reads only those daily partitions of `traces_span` instead of
+    probing the index of every one (traces/services/partitions.py); on SQLite the filter is harmless. `trace_pks`:
+    pks, or a QuerySet of them (a subquery); one query either way, none for an empty list."""
+    project_id = getattr(project, "pk", project)
+    if isinstance(trace_pks, QuerySet):
+        return list(Trace.objects.filter(project_id=project_id, pk__in=trace_pks).order_by("first_received_day")
+                    .values_list("first_received_day", flat=True).distinct())
+    pks = list(trace_pks)
+    return _trace_days(project_id=project_id, trace_pks=pks) if pks else []

@@ -39,6 +39,7 @@ from traces.normalize import (
 from traces.normalize.langfuse import EVENT_TYPES
 from traces.normalize.otlp_errors import INVALID_JSON, LOGS_NOT_TRACES, METRICS_NOT_TRACES
 from traces.normalize.values import loads
+from traces.selectors.traces import trace_days_for
 from traces.services.finalize import trace_finalize
 from traces.services.import_files import RequestRefused, import_files_list, requests_read
 from traces.services.import_summary import ImportNote, ImportSummary
@@ -176,9 +177,16 @@ class _Importer:
 def span_keys_stored(*, project: Project, keys: set[tuple[str, str]]) -> set[tuple[str, str]]:
     if not keys:
         return set()
+    trace_ids = {trace_id for trace_id, _ in keys}
+    # The stored traces' days first: the span read is then planned against those days' partitions only.
+    days = trace_days_for(project=project, trace_pks=Trace.objects.filter(project=project, trace_id__in=trace_ids)
+                          .values("pk"))
+    if not days:  # none of these traces is stored yet
+        return set()
     stored = Span.objects.filter(
         project=project,
-        trace__trace_id__in={trace_id for trace_id, _ in keys},
+        trace__trace_id__in=trace_ids,
+        trace_day__in=days,
         span_id__in={span_id for _, span_id in keys},
     ).values_list("trace__trace_id", "span_id")
     return set(stored) & keys

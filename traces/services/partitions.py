@@ -9,9 +9,9 @@ has no partition yet (a trace first received long ago or far ahead, or a day bea
     span_partitions_drop(before=day)                  # retention: drop whole days, returns what it dropped
     span_table_partition(batch_size=50_000)           # migration 0008: convert a plain table, batched, resumable
 
-The primary key is (id, trace_day) and the unique key (project, trace, span id, trace_day): a partitioned table's
-unique keys must hold the partition key, and project leads every one of them so the layout distributes by project on
-Citus. Ids still come from one identity sequence, so `id` stays unique and the ORM keeps using it alone.
+The primary key is (id, trace_day) and the unique key (trace, span id, trace_day, project): a partitioned table's
+unique keys must hold the partition key, and a distributed one (Citus, by project) must hold project. Ids still come
+from one identity sequence, so `id` stays unique and the ORM keeps using it alone.
 """
 
 from __future__ import annotations
@@ -169,7 +169,7 @@ def _build_table(cursor, days: list[date]) -> None:
     cursor.execute(f"ALTER TABLE {BUILDING} ALTER COLUMN trace_day SET NOT NULL")
     cursor.execute(f"ALTER TABLE {BUILDING} ADD CONSTRAINT {TABLE}_pkey__p PRIMARY KEY (id, trace_day)")
     cursor.execute(f"ALTER TABLE {BUILDING} ADD CONSTRAINT {UNIQUE}__p "
-                   "UNIQUE (project_id, trace_id, span_id, trace_day)")
+                   "UNIQUE (trace_id, span_id, trace_day, project_id)")
     for name, definition in _index_definitions(cursor):
         on = definition.index(" ON ")
         using = definition.index(" USING ", on)
@@ -284,7 +284,7 @@ def span_table_unpartition(*, alias: str = "default") -> None:
         cursor.execute(f"DROP TABLE {TABLE} CASCADE")
         cursor.execute(f"ALTER TABLE {TABLE}_plain RENAME TO {TABLE}")
         cursor.execute(f"ALTER TABLE {TABLE} ADD PRIMARY KEY (id)")
-        cursor.execute(f"ALTER TABLE {TABLE} ADD CONSTRAINT {UNIQUE} UNIQUE (project_id, trace_id, span_id, trace_day)")
+        cursor.execute(f"ALTER TABLE {TABLE} ADD CONSTRAINT {UNIQUE} UNIQUE (trace_id, span_id, trace_day, project_id)")
         for _, definition in indexes:
             cursor.execute(definition.replace(" ON ONLY ", " ON "))
         for name, definition in keys:
