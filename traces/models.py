@@ -62,7 +62,8 @@ class Trace(models.Model):
         constraints = [models.UniqueConstraint(fields=["project", "trace_id"], name="trace_unique_per_project")]
         indexes = [
             models.Index(fields=["project", "-start_time"], name="trace_project_start"),
-            models.Index(fields=["project", "release"], name="trace_project_release"),
+            # (release, first receipt) also answers "the newest release" with one probe per release.
+            models.Index(fields=["project", "release", "first_received_at"], name="trace_project_release_first"),
             models.Index(fields=["project", "last_received_at"], name="trace_project_received"),
             # Retention's whole-day span partitions: which traces a day holds.
             models.Index(fields=["first_received_day"], name="trace_received_day"),

@@ -265,7 +265,7 @@ def _report(result: dict, args: argparse.Namespace, counts: dict) -> None:
 # --queries: the SQL behind each page
 
 
-def explain_pages(project, urls: dict[str, list[str]], *, top: int = 3) -> None:
+def explain_pages(project, urls: dict[str, list[str]], *, key: str, top: int = 3) -> None:
     from django.contrib.auth import get_user_model
     from django.db import connection
     from django.test import Client
@@ -273,13 +273,13 @@ def explain_pages(project, urls: dict[str, list[str]], *, top: int = 3) -> None:
 
     client = Client(HTTP_HOST="127.0.0.1")
     client.force_login(get_user_model().objects.get(email=EMAIL))
+    api = Client(HTTP_HOST="127.0.0.1", HTTP_AUTHORIZATION=f"Bearer {key}")
     for name, paths in urls.items():
-        if paths[0].startswith("/api/"):
-            continue
-        client.get(paths[0])
+        browser = api if paths[0].startswith("/api/") else client
+        browser.get(paths[0])
         with CaptureQueriesContext(connection) as captured:
             start = time.perf_counter()
-            response = client.get(paths[0])
+            response = browser.get(paths[0])
             elapsed = time.perf_counter() - start
         queries = sorted(captured.captured_queries, key=lambda q: -float(q["time"]))
         total = sum(float(q["time"]) for q in queries)
@@ -328,7 +328,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     server = None
     try:
         if args.queries:
-            explain_pages(project, urls)
+            explain_pages(project, urls, key=key)
             return None
         server = Server(env=env, port=_free_port(), workers=args.workers, threads=args.threads,
                         log_path=REPO / "var" / "bench" / "ui-gunicorn.log")

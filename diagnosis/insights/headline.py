@@ -18,11 +18,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from django.db.models import Min
-
 from clear.projects.models import Project
 from diagnosis.models import DiagnosisRun
-from traces.models import Trace
+from traces.selectors import trace_release_newest
 
 _CANDIDATE_RUNS = 200  # runs with insights looked at for the project's figures run, newest first
 
@@ -30,9 +28,7 @@ _CANDIDATE_RUNS = 200  # runs with insights looked at for the project's figures 
 def release_newest(*, project_id: int) -> str:
     """The release whose first trace arrived last ("" when no trace names a release). First arrival, not the latest
     trace: an old release still sending traces from production is not the newest one."""
-    row = (Trace.objects.filter(project_id=project_id).exclude(release="").values("release")
-           .annotate(first=Min("first_received_at")).order_by("-first", "-release").first())
-    return row["release"] if row else ""
+    return trace_release_newest(project_id=project_id)
 
 
 @dataclass(frozen=True)

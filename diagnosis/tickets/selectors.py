@@ -54,9 +54,12 @@ def ticket_for_insight(*, project: Project, insight) -> Ticket | None:
 
 
 def ticket_by_insight_map(*, project: Project, insight_ids: list[int]) -> dict[int, Ticket]:
-    """{insight pk: its ticket} in one query, the ticket `ticket_for_insight` gives (the oldest)."""
+    """{insight pk: its ticket} in one query, the ticket `ticket_for_insight` gives (the oldest). The body and the
+    evidence (kilobytes a ticket) are left for a caller that reads them: a page of insights needs the ticket's
+    number and state."""
     tickets: dict[int, Ticket] = {}
-    for ticket in Ticket.objects.filter(project=project, insight_id__in=insight_ids).order_by("-pk"):
+    for ticket in (Ticket.objects.filter(project=project, insight_id__in=insight_ids)
+                   .defer("body", "evidence", "suggested_fix").order_by("-pk")):
         tickets[ticket.insight_id] = ticket
     return tickets
 

@@ -104,6 +104,9 @@ class Migration(migrations.Migration):
             database_operations=[migrations.RunPython(trace_day_required, trace_day_optional)],
         ),
         migrations.AddIndex("trace", models.Index(fields=["first_received_day"], name="trace_received_day")),
+        migrations.RemoveIndex("trace", "trace_project_release"),
+        migrations.AddIndex("trace", models.Index(fields=["project", "release", "first_received_at"],
+                                                  name="trace_project_release_first")),
         migrations.AlterField("span", "project", models.ForeignKey(
             on_delete=django.db.models.deletion.CASCADE, related_name="+", to="projects.project", db_index=False)),
         migrations.AlterField("span", "trace", models.ForeignKey(

@@ -209,6 +209,56 @@ def release_first_received(*, project: Project, releases: list[str]) -> dict[str
     return {row["release"]: row["first"] for row in rows}
 
 
+def _release_newest_postgres(*, project_id) -> str:
+    # A skip scan of the (project, release, first_received_at) index: one probe per release for its first trace,
+    # instead of grouping every trace of the project (75 ms at 500k traces, on every overview).
+    table = Trace._meta.db_table
+    sql = (
+        f"WITH RECURSIVE r(release) AS ("
+        f"(SELECT release FROM {table} WHERE project_id = %(p)s AND release > '' ORDER BY release LIMIT 1) "
+        f"UNION ALL SELECT (SELECT t.release FROM {table} t WHERE t.project_id = %(p)s AND t.release > r.release "
+        f"ORDER BY t.release LIMIT 1) FROM r WHERE r.release IS NOT NULL) "
+        f"SELECT r.release, (SELECT t.first_received_at FROM {table} t WHERE t.project_id = %(p)s "
+        f"AND t.release = r.release ORDER BY t.first_received_at LIMIT 1) AS first "
+        f"FROM r WHERE r.release IS NOT NULL ORDER BY first DESC, release DESC LIMIT 1"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, {"p": project_id})
+        row = cursor.fetchone()
+    return row[0] if row else ""
+
+
+@postgres_fast_path(_release_newest_postgres)
+def trace_release_newest(*, project_id) -> str:
+    """The release whose first trace arrived last ("" when no trace names a release). First arrival, not the latest
+    trace: an old release still sending traces from production is not the newest one."""
+    row = (Trace.objects.filter(project_id=project_id).exclude(release="").values("release")
+           .annotate(first=Min("first_received_at")).order_by("-first", "-release").first())
+    return row["release"] if row else ""
+
+
+def _trace_outcomes_postgres(*, project_id, trace_pks: list[int]) -> dict[int, tuple[str, str]]:
+    # One array parameter, probed on the primary key: a join from the runs' traces was planned as a scan of every
+    # trace of the project (76 ms at 500k traces, on every insight page).
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT id, trace_id, outcome FROM {Trace._meta.db_table} WHERE project_id = %s "
+                       "AND id = ANY(%s) AND outcome IN ('failure', 'success')", [project_id, trace_pks])
+        return {pk: (trace_id, outcome) for pk, trace_id, outcome in cursor.fetchall()}
+
+
+@postgres_fast_path(_trace_outcomes_postgres)
+def _trace_outcomes(*, project_id, trace_pks: list[int]) -> dict[int, tuple[str, str]]:
+    rows = Trace.objects.filter(project_id=project_id, pk__in=trace_pks, outcome__in=["failure", "success"])
+    return {pk: (trace_id, outcome) for pk, trace_id, outcome in rows.values_list("pk", "trace_id", "outcome")}
+
+
+def trace_outcomes_for(*, project: Project, trace_pks: Iterable[int]) -> dict[int, tuple[str, str]]:
+    """{trace pk: (trace id, outcome)} of these traces of the project that have a recorded outcome (failure or
+    success)."""
+    pks = sorted(set(trace_pks))
+    return _trace_outcomes(project_id=project.pk, trace_pks=pks) if pks else {}
+
+
 # --- the span partitions a read touches -----------------------------------------------------------------------------
 
 
