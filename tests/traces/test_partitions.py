@@ -184,3 +184,17 @@ def test_the_conversion_command_reports_partitions(project):
     out = __import__("io").StringIO()
     call_command("span_partitions", stdout=out)
     assert partitions.partition_name(utc_today()) in out.getvalue()
+
+
+def test_disk_use_counts_the_span_partitions(issued_key, project):
+    """A partitioned table's own size is 0: Settings' disk use must add its partitions."""
+    from traces.selectors.retention import project_disk_use
+
+    _post(issued_key, agent_run_spans())
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_total_relation_size(%s)", [partitions.partition_name(utc_today())])
+        partition_bytes = cursor.fetchone()[0]
+        cursor.execute("SELECT pg_total_relation_size('traces_trace')")
+        trace_bytes = cursor.fetchone()[0]
+    assert partition_bytes > 0
+    assert project_disk_use(project=project)["total_bytes"] >= partition_bytes + trace_bytes

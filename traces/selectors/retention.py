@@ -63,8 +63,11 @@ def project_disk_use(*, project: Project) -> dict:
     total = None
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
-            cursor.execute("SELECT pg_total_relation_size(%s) + pg_total_relation_size(%s)",
-                           [Span._meta.db_table, Trace._meta.db_table])
+            # A partitioned table's own size is 0: its partitions hold the rows.
+            cursor.execute("SELECT pg_total_relation_size(%s::regclass) + pg_total_relation_size(%s::regclass) "
+                           "+ (SELECT coalesce(sum(pg_total_relation_size(inhrelid)), 0) FROM pg_inherits "
+                           "WHERE inhparent = %s::regclass)",
+                           [Span._meta.db_table, Trace._meta.db_table, Span._meta.db_table])
             total = int(cursor.fetchone()[0])
         elif connection.vendor == "sqlite":
             cursor.execute("SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()")
