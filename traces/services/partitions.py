@@ -182,6 +182,15 @@ def _build_table(cursor, days: list[date]) -> None:
         _create_partition(cursor, BUILDING, day, f"{BUILDING}_default")
 
 
+def _id_sequence_continue(cursor, next_id: int) -> None:
+    """The swapped-in table's identity sequence takes the usual name and goes on after the copied ids."""
+    cursor.execute("SELECT pg_get_serial_sequence(%s, 'id')", [TABLE])
+    sequence = cursor.fetchone()[0]
+    if sequence and sequence.split(".")[-1] != f"{TABLE}_id_seq":
+        cursor.execute(f"ALTER SEQUENCE {sequence} RENAME TO {TABLE}_id_seq")
+    cursor.execute(f"ALTER TABLE {TABLE} ALTER COLUMN id RESTART WITH {next_id}")
+
+
 def _swap(cursor, copy_rest: Callable[[], int]) -> int:
     """Copy what arrived since the last batch, drop the plain table and give the new one its names; one short
     transaction under an exclusive lock."""
@@ -205,11 +214,7 @@ def _swap(cursor, copy_rest: Callable[[], int]) -> int:
                    "WHERE x.indrelid = to_regclass(%s) AND i.relname LIKE '%%\\_\\_p'", [TABLE])
     for (name,) in cursor.fetchall():
         cursor.execute(f"ALTER INDEX {name} RENAME TO {name[:-3]}")
-    cursor.execute("SELECT pg_get_serial_sequence(%s, 'id')", [TABLE])
-    sequence = cursor.fetchone()[0]
-    if sequence and sequence.split(".")[-1] != f"{TABLE}_id_seq":
-        cursor.execute(f"ALTER SEQUENCE {sequence} RENAME TO {TABLE}_id_seq")
-    cursor.execute(f"ALTER TABLE {TABLE} ALTER COLUMN id RESTART WITH {next_id}")
+    _id_sequence_continue(cursor, next_id)
     return rest
 
 
@@ -289,8 +294,4 @@ def span_table_unpartition(*, alias: str = "default") -> None:
             cursor.execute(definition.replace(" ON ONLY ", " ON "))
         for name, definition in keys:
             cursor.execute(f"ALTER TABLE {TABLE} ADD CONSTRAINT {name} {definition}")
-        cursor.execute("SELECT pg_get_serial_sequence(%s, 'id')", [TABLE])
-        sequence = cursor.fetchone()[0]
-        if sequence and sequence.split(".")[-1] != f"{TABLE}_id_seq":
-            cursor.execute(f"ALTER SEQUENCE {sequence} RENAME TO {TABLE}_id_seq")
-        cursor.execute(f"ALTER TABLE {TABLE} ALTER COLUMN id RESTART WITH {next_id}")
+        _id_sequence_continue(cursor, next_id)
