@@ -38,16 +38,6 @@ def trace_day_optional(apps, schema_editor):
         schema_editor.execute("ALTER TABLE traces_trace ALTER COLUMN first_received_day DROP NOT NULL")
 
 
-def _sqlite_fields(apps):
-    Span = apps.get_model("traces", "Span")
-    old = Span._meta.get_field("trace_day")
-    new = models.DateField()
-    new.set_attributes_from_name("trace_day")
-    new.model = Span
-    return Span, old, new
-
-
-OLD_UNIQUE = models.UniqueConstraint(fields=["trace", "span_id"], name="span_unique_per_trace")
 NEW_UNIQUE = models.UniqueConstraint(fields=["trace", "span_id", "trace_day", "project"], name="span_unique_per_trace")
 
 
@@ -62,14 +52,9 @@ def span_table_convert(apps, schema_editor):
             print(f"\n  spans partitioned: {report['rows']} rows in {report['seconds']} s "
                   f"({report['rows_per_second']} rows/s, {report['batches']} batches)")
         return
-    with connection.cursor() as cursor:
+    with connection.cursor() as cursor:  # SQLite: the column, then SQLITE_SPAN_SCHEMA below
         cursor.execute("UPDATE traces_span SET trace_day = (SELECT t.first_received_day FROM traces_trace t "
                        "WHERE t.id = traces_span.trace_id) WHERE trace_day IS NULL")
-    Span, old, new = _sqlite_fields(apps)
-    schema_editor.remove_constraint(Span, OLD_UNIQUE)
-    schema_editor.alter_field(Span, old, new)
-    Span = apps.get_model("traces", "Span")
-    schema_editor.add_constraint(Span, NEW_UNIQUE)
 
 
 def span_table_revert(apps, schema_editor):
@@ -82,10 +67,57 @@ def span_table_revert(apps, schema_editor):
             cursor.execute("ALTER TABLE traces_span DROP CONSTRAINT span_unique_per_trace")
             cursor.execute("ALTER TABLE traces_span ADD CONSTRAINT span_unique_per_trace UNIQUE (trace_id, span_id)")
             cursor.execute("ALTER TABLE traces_span ALTER COLUMN trace_day DROP NOT NULL")
-        return
-    Span, old, new = _sqlite_fields(apps)
-    schema_editor.remove_constraint(Span, NEW_UNIQUE)
-    schema_editor.add_constraint(Span, OLD_UNIQUE)
+
+
+
+class OnVendor(migrations.operations.base.Operation):
+    """Schema operations applied on one database vendor only (their state changes are made by the caller's state
+    operations). SQLite rebuilds a table from the model state it is given, so the span table's new unique key and
+    NOT NULL must be applied as operations with their own states, not from inside RunPython."""
+
+    reduces_to_sql = False
+
+    def __init__(self, vendor: str, operations: list):
+        self.vendor, self.operations = vendor, operations
+
+    def deconstruct(self):
+        return self.__class__.__name__, [self.vendor, self.operations], {}
+
+    def state_forwards(self, app_label, state):
+        for operation in self.operations:
+            operation.state_forwards(app_label, state)
+
+    def database_forwards(self, app_label, schema_editor, from_state, to_state):
+        if schema_editor.connection.vendor != self.vendor:
+            return
+        for operation in self.operations:
+            state = from_state.clone()
+            operation.state_forwards(app_label, state)
+            operation.database_forwards(app_label, schema_editor, from_state, state)
+            from_state = state
+
+    def database_backwards(self, app_label, schema_editor, from_state, to_state):
+        if schema_editor.connection.vendor != self.vendor:
+            return
+        states = [to_state]
+        for operation in self.operations[:-1]:
+            state = states[-1].clone()
+            operation.state_forwards(app_label, state)
+            states.append(state)
+        for operation, before in zip(reversed(self.operations), reversed(states), strict=True):
+            after = before.clone()
+            operation.state_forwards(app_label, after)
+            operation.database_backwards(app_label, schema_editor, after, before)
+
+    def describe(self):
+        return f"On {self.vendor} only: " + "; ".join(op.describe() for op in self.operations)
+
+
+SPAN_SCHEMA = [
+    migrations.RemoveConstraint("span", "span_unique_per_trace"),
+    migrations.AlterField("span", "trace_day", models.DateField()),
+    migrations.AddConstraint("span", NEW_UNIQUE),
+]
 
 
 class Migration(migrations.Migration):
@@ -113,11 +145,9 @@ class Migration(migrations.Migration):
             on_delete=django.db.models.deletion.CASCADE, related_name="spans", to="traces.trace", db_index=False)),
         migrations.AddField("span", "trace_day", models.DateField(null=True)),
         migrations.SeparateDatabaseAndState(
-            state_operations=[
-                migrations.RemoveConstraint("span", "span_unique_per_trace"),
-                migrations.AlterField("span", "trace_day", models.DateField()),
-                migrations.AddConstraint("span", NEW_UNIQUE),
-            ],
-            database_operations=[migrations.RunPython(span_table_convert, span_table_revert)],
+            state_operations=SPAN_SCHEMA,
+            # Postgres: the partitioned table has the new key and NOT NULL already.
+            database_operations=[migrations.RunPython(span_table_convert, span_table_revert),
+                                 OnVendor("sqlite", SPAN_SCHEMA)],
         ),
     ]
