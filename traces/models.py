@@ -8,7 +8,7 @@ from clear.projects.models import Project
 
 
 def utc_today():
-    """The UTC date now: a trace's first-received day, the span table's partition key (traces/services/partitions.py)."""
+    """The UTC date now: a trace's first-received day, the span table's partition key (services/partitions.py)."""
     return datetime.now(UTC).date()
 
 

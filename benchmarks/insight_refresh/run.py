@@ -132,10 +132,9 @@ class Seeder:
                 for j in range(k):
                     g = next(stream)
                     span_id = secrets.token_hex(8)
-                    spans.append(Span(project=self.project, trace=trace, trace_day=trace.first_received_day, span_id=span_id,
-                                      parent_span_id=
-                                      trace.root_span_id, name=f"{g.node} step", kind="LLM", node=g.node,
-                                      start_time=trace.start_time + timedelta(seconds=j + 1),
+                    spans.append(Span(project=self.project, trace=trace, trace_day=trace.first_received_day,
+                                      span_id=span_id, parent_span_id=trace.root_span_id, name=f"{g.node} step",
+                                      kind="LLM", node=g.node, start_time=trace.start_time + timedelta(seconds=j + 1),
                                       end_time=trace.start_time + timedelta(seconds=j + 2)))
                     feedback.append(Feedback(run=self.run, project=self.project, trace=trace, judge="quality",
                                              judge_kind="llm", target_span_id=span_id, status="ok", verdict="fail",

@@ -90,10 +90,11 @@ def seed(*, project, traces: int, spans: int, insights: int, judged: int, runs: 
         cursor.execute("SET synchronous_commit = off")
     seconds = 30 * 86400 / traces
 
+    started = f"'{T0}'::timestamptz + make_interval(secs => i * {seconds})"
     _timed(log, "traces", lambda: insert_select(Trace, {
         "project_id": "%s", "trace_id": "lpad(to_hex(i), 32, '0')",
         "name": "'support ticket ' || (i % 22)", "root_span_id": "lpad(to_hex(i * 64), 16, '0')",
-        "start_time": f"'{T0}'::timestamptz + make_interval(secs => i * {seconds})",
+        "start_time": started,
         "end_time": f"'{T0}'::timestamptz + make_interval(secs => i * {seconds} + {per_trace} * 0.5)",
         "status": "CASE WHEN i % 10 < 3 THEN 'error' ELSE 'ok' END", "span_count": str(per_trace),
         "error_count": "CASE WHEN i % 10 < 3 THEN 1 ELSE 0 END",
@@ -101,8 +102,7 @@ def seed(*, project, traces: int, spans: int, insights: int, judged: int, runs: 
         "outcome": "CASE WHEN i % 10 < 3 THEN 'failure' WHEN i % 10 = 9 THEN NULL ELSE 'success' END",
         "outcome_source": "'root span'", "task_id": "'task-' || (i % 500)", "release": "'r' || (1 + i % 5)",
         # Received as they ran, over 30 days: 31 daily span partitions on Postgres, as production would have.
-        "first_received_at": f"'{T0}'::timestamptz + make_interval(secs => i * {seconds})",
-        "first_received_day": f"(('{T0}'::timestamptz + make_interval(secs => i * {seconds})) AT TIME ZONE 'UTC')::date",
+        "first_received_at": started, "first_received_day": f"(({started}) AT TIME ZONE 'UTC')::date",
         "last_received_at": "now()", "finalized_at": "now()",
     }, "FROM generate_series(1, %s) AS i", [pid, traces]))
     from traces.services.partitions import span_partitions_ensure

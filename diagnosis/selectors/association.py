@@ -3,13 +3,15 @@ failure association, for the REST API (which shows what the insight page shows).
 
 from __future__ import annotations
 
-from collections import defaultdict
+import logging
 from dataclasses import dataclass
 from uuid import UUID
 
 from clear.projects.models import Project
 from diagnosis.models import Insight, InsightOccurrence, RunTrace
 from traces.selectors import trace_outcomes_for
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -36,45 +38,49 @@ class OutcomeShares:
 OUTCOME_CACHE_PREFIX = "clear:dashboard:v2:run-outcomes:"
 
 
-def _run_outcome_sets(*, project: Project, runs: set) -> dict[UUID, dict[str, set[str]]]:
-    """Per run, the ids of its judged traces that failed and that succeeded, as sets: each insight then costs two set
-    intersections with its pattern. Cached like the dashboards (frontend/dashboard_cache.py): keyed by the run's
-    progress, so judging moves it at once, and kept CLEAR_DASHBOARD_CACHE_SECONDS, so an outcome set later through
-    the API shows within that time; at 10,000 judged traces a run it costs 50-70 ms, on every insight page and
-    insights API page."""
-    from django.conf import settings
-    from django.core.cache import caches
-
-    from diagnosis.models import DiagnosisRun
-
-    found: dict[UUID, dict[str, set[str]]] = {}
-    progress = dict(DiagnosisRun.objects.filter(project=project, pk__in=runs)
-                    .values_list("pk", "done_count")) if settings.CLEAR_DASHBOARD_CACHE else {}
-    keys = {run_id: f"{OUTCOME_CACHE_PREFIX}{run_id}:{progress[run_id]}" for run_id in progress}
-    cache = caches["dashboards"]
-    try:
-        cached = cache.get_many(list(keys.values())) if keys else {}
-    except Exception:  # noqa: BLE001 - the cache is down: compute, do not break the page
-        cached = {}
-    for run_id, key in keys.items():
-        if key in cached:
-            found[run_id] = cached[key]
-    missing = runs - found.keys()
-    if not missing:
-        return found
-    computed: dict[UUID, dict[str, set[str]]] = {run_id: {"failure": set(), "success": set()} for run_id in missing}
-    judged = list(RunTrace.objects.filter(run__project=project, run_id__in=missing, status=RunTrace.Status.DONE)
+def _run_outcome_sets_compute(*, project: Project, runs: set) -> dict[UUID, dict[str, set[str]]]:
+    sets: dict[UUID, dict[str, set[str]]] = {run_id: {"failure": set(), "success": set()} for run_id in runs}
+    judged = list(RunTrace.objects.filter(run__project=project, run_id__in=runs, status=RunTrace.Status.DONE)
                   .values_list("run_id", "trace_id"))
     recorded = trace_outcomes_for(project=project, trace_pks=[pk for _, pk in judged])
     for run_id, pk in judged:
         if pk in recorded:
             trace_id, outcome = recorded[pk]
-            computed[run_id][outcome].add(trace_id)
+            sets[run_id][outcome].add(trace_id)
+    return sets
+
+
+def _run_outcome_sets(*, project: Project, runs: set) -> dict[UUID, dict[str, set[str]]]:
+    """Per run, the ids of its judged traces that failed and that succeeded, as sets: each insight then costs two set
+    intersections with its pattern. Cached like the dashboards (frontend/dashboard_cache.py): keyed by the run's
+    progress, so judging moves it at once, and kept CLEAR_DASHBOARD_CACHE_SECONDS, so an outcome set later through
+    the API shows within that time; at 10,000 judged traces a run it costs 50-70 ms, on every insight page and
+    insights API page. With the cache unreachable the figures are computed, not broken."""
+    from django.conf import settings
+    from django.core.cache import caches
+
+    from diagnosis.models import DiagnosisRun
+
+    if not settings.CLEAR_DASHBOARD_CACHE or not runs:
+        return _run_outcome_sets_compute(project=project, runs=runs)
+    progress = DiagnosisRun.objects.filter(project=project, pk__in=runs).values_list("pk", "done_count")
+    keys = {run_id: f"{OUTCOME_CACHE_PREFIX}{run_id}:{done}" for run_id, done in progress}
+    cache = caches["dashboards"]
+    try:
+        cached = cache.get_many(list(keys.values()))
+    except Exception as exc:  # noqa: BLE001 - any cache failure (connection refused, timeout, bad pickle)
+        logger.warning("dashboard cache unavailable (%s): computing run outcomes without it", exc)
+        cached = {}
+    found = {run_id: cached[key] for run_id, key in keys.items() if key in cached}
+    missing = runs - found.keys()
+    if not missing:
+        return found
+    computed = _run_outcome_sets_compute(project=project, runs=missing)
     try:
         cache.set_many({keys[run_id]: value for run_id, value in computed.items() if run_id in keys},
                        timeout=settings.CLEAR_DASHBOARD_CACHE_SECONDS)
-    except Exception:  # noqa: BLE001
-        pass
+    except Exception as exc:  # noqa: BLE001
+        logger.warning("dashboard cache unavailable (%s): run outcomes not stored", exc)
     return {**found, **computed}
 
 

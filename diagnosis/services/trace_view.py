@@ -30,7 +30,8 @@ def _synthetic(root: dict | None, spans: list[dict]) -> bool:
 
 def trace_view_build(*, trace: Trace) -> TraceView:
     """Spans in start order; goal and final output from the root span; timing marked synthetic when it says so."""
-    rows = list(Span.objects.filter(trace=trace, trace_day=trace.first_received_day).order_by("start_time", "pk").values(*_SPAN_FIELDS))
+    rows = list(Span.objects.filter(trace=trace, trace_day=trace.first_received_day).order_by("start_time", "pk")
+                .values(*_SPAN_FIELDS))
     ids = {row["span_id"] for row in rows}
     root = next((row for row in rows if row["span_id"] == trace.root_span_id), None)
     if root is None:

@@ -38,8 +38,8 @@ def _build(project, *, traces: int = 20):
         trace = Trace.objects.create(project=project, trace_id=f"{i:032x}", start_time=T0 + timedelta(minutes=i))
         rows.append(trace)
         nodes = ["planner", "writer"] + (["billing"] if i < 10 else [])
-        spans += [Span(project=project, trace=trace, trace_day=trace.first_received_day, span_id=f"{j:016x}", name=n, node=n, kind="AGENT",
-                       start_time=trace.start_time) for j, n in enumerate(nodes)]
+        spans += [Span(project=project, trace=trace, trace_day=trace.first_received_day, span_id=f"{j:016x}", name=n,
+                       node=n, kind="AGENT", start_time=trace.start_time) for j, n in enumerate(nodes)]
     Span.objects.bulk_create(spans)
     RunTrace.objects.bulk_create([RunTrace(run=run, trace=t, status="done") for t in rows]
                                  + [RunTrace(run=run, trace=Trace.objects.create(project=project, trace_id="f" * 32),

@@ -30,8 +30,9 @@ def _traces(project, n: int, *, offset: int = 0) -> list[Trace]:
     spans = []
     for trace in traces:
         for j, (node, parent) in enumerate((("desk", ""), ("worker", "s0"), ("writer", "s0"))):
-            spans.append(Span(project=project, trace=trace, trace_day=trace.first_received_day, span_id=f"s{j}", parent_span_id=parent, name=f"{node}",
-                              kind="AGENT", node=node, start_time=trace.start_time + timedelta(seconds=j),
+            spans.append(Span(project=project, trace=trace, trace_day=trace.first_received_day, span_id=f"s{j}",
+                              parent_span_id=parent, name=f"{node}", kind="AGENT", node=node,
+                              start_time=trace.start_time + timedelta(seconds=j),
                               end_time=trace.start_time + timedelta(seconds=j + 1), status="error" if j == 1 else "ok"))
     Span.objects.bulk_create(spans)
     run = DiagnosisRun.objects.create(project=project, status="succeeded", total_count=n, done_count=n)
@@ -160,9 +161,9 @@ def test_nodes_and_graph_queries_do_not_grow_with_nodes(project, owner):
 
     def add_nodes(start: int, stop: int):
         Span.objects.bulk_create([
-            Span(project=project, trace=trace, trace_day=trace.first_received_day, span_id=f"{i:016x}", parent_span_id="" if i == 0 else f"{i - 1:016x}",
-                 name=f"agent {i}", kind="AGENT", node=f"node-{i}", start_time=T0 + timedelta(seconds=i),
-                 end_time=T0 + timedelta(seconds=i + 1))
+            Span(project=project, trace=trace, trace_day=trace.first_received_day, span_id=f"{i:016x}",
+                 parent_span_id="" if i == 0 else f"{i - 1:016x}", name=f"agent {i}", kind="AGENT", node=f"node-{i}",
+                 start_time=T0 + timedelta(seconds=i), end_time=T0 + timedelta(seconds=i + 1))
             for i in range(start, stop)])
 
     add_nodes(0, 5)
@@ -180,8 +181,9 @@ def test_trace_viewer_queries_do_not_grow_with_spans_or_feedback(project, owner)
     url = f"/p/{project.slug}/traces/{trace.trace_id}/?span=s1"
     client.get(url)
     small = _count(client, url)
-    Span.objects.bulk_create([Span(project=project, trace=trace, trace_day=trace.first_received_day, span_id=f"x{i}", parent_span_id="s1", name="tool",
-                                   kind="TOOL", node="worker", start_time=trace.start_time + timedelta(seconds=1),
+    Span.objects.bulk_create([Span(project=project, trace=trace, trace_day=trace.first_received_day, span_id=f"x{i}",
+                                   parent_span_id="s1", name="tool", kind="TOOL", node="worker",
+                                   start_time=trace.start_time + timedelta(seconds=1),
                                    end_time=trace.start_time + timedelta(seconds=2), input={"i": i})
                               for i in range(50)])
     run = DiagnosisRun.objects.get(project=project)

@@ -29,7 +29,7 @@ def traces_expired(*, project: Project, now: datetime | None = None) -> QuerySet
 
 def span_partitions_expired(*, now: datetime | None = None) -> list[date]:
     """The days whose span partition retention can drop whole (Postgres): older than the longest retention of any
-    project, with no trace that started since (a trace's start keeps it, see traces_expired). None when a project
+    project, with no trace that started since (a trace's start keeps it, see traces_expired). Empty when a project
     keeps traces forever."""
     from traces.services.partitions import span_partition_days
 

@@ -86,8 +86,8 @@ def trace_list_filtered(*, project: Project, filters: TraceFilter) -> QuerySet[T
     elif filters.outcome:
         traces = traces.filter(outcome=filters.outcome)
     if filters.node:
-        traces = traces.filter(Exists(Span.objects.filter(trace=OuterRef("pk"), trace_day=OuterRef("first_received_day"),
-                                                         node=filters.node)))
+        traces = traces.filter(Exists(Span.objects.filter(
+            trace=OuterRef("pk"), trace_day=OuterRef("first_received_day"), node=filters.node)))
     if filters.q:
         text = filters.q.strip()
         traces = traces.filter(Q(name__icontains=text) | Q(task_id__icontains=text)
@@ -273,7 +273,7 @@ def _trace_days_postgres(*, project_id: int, trace_pks: list[int]) -> list[date]
 
 
 @postgres_fast_path(_trace_days_postgres)
-def _trace_days(*, project_id: int, trace_pks: list[int]) -> list[date]:
+def _trace_days(*, project_id: int, trace_pks: list[int] | QuerySet) -> list[date]:
     return list(Trace.objects.filter(project_id=project_id, pk__in=trace_pks).order_by("first_received_day")
                 .values_list("first_received_day", flat=True).distinct())
 
@@ -286,8 +286,7 @@ def trace_days_for(*, project: Project | int, trace_pks: Iterable[int] | QuerySe
     probing the index of every one (traces/services/partitions.py); on SQLite the filter is harmless. `trace_pks`:
     pks, or a QuerySet of them (a subquery); one query either way, none for an empty list."""
     project_id = getattr(project, "pk", project)
-    if isinstance(trace_pks, QuerySet):
-        return list(Trace.objects.filter(project_id=project_id, pk__in=trace_pks).order_by("first_received_day")
-                    .values_list("first_received_day", flat=True).distinct())
+    if isinstance(trace_pks, QuerySet):  # a subquery: the ORM form on every database
+        return _trace_days.portable(project_id=project_id, trace_pks=trace_pks)
     pks = list(trace_pks)
     return _trace_days(project_id=project_id, trace_pks=pks) if pks else []

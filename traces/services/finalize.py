@@ -30,7 +30,8 @@ def _reresolve_inferred_nodes(*, trace: Trace) -> int:
     for record in records:
         row = by_span[record.span_id]
         if row["node_inferred"] and record.node != row["node"]:
-            Span.objects.filter(pk=row["pk"], trace_day=trace.first_received_day).update(node=record.node, node_inferred=False)
+            Span.objects.filter(pk=row["pk"], trace_day=trace.first_received_day).update(
+                node=record.node, node_inferred=False)
             changed += 1
     return changed
 

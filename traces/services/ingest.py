@@ -123,7 +123,7 @@ def _apply_root_context(*, trace: Trace, record: SpanRecord) -> list[str]:
 
 
 def _stored_lookup(
-    *, project: Project, traces: dict[str, Trace], new: set[str], spans: list[SpanRecord]
+    *, traces: dict[str, Trace], new: set[str], spans: list[SpanRecord]
 ) -> tuple[set[tuple[str, str]], dict[str, tuple[str | None, str | None]]]:
     """(keys of the batch's spans already stored, (kind, node) of stored parents outside the batch), in one query.
 
@@ -141,7 +141,7 @@ def _stored_lookup(
             parents.add((trace_pk, span.parent_span_id))
     if not own and not parents:
         return set(), {}
-    stored = stored_spans_find(project=project, keys=own | parents, days={traces[s.trace_id].first_received_day for s in spans})
+    stored = stored_spans_find(keys=own | parents, days={traces[s.trace_id].first_received_day for s in spans})
     by_pk = {trace.pk: trace_id for trace_id, trace in traces.items()}
     existing = {(by_pk[trace_pk], span_id) for trace_pk, span_id in stored.keys() & own}
     known = {}
@@ -228,7 +228,7 @@ def spans_ingest(*, project: Project, spans: list[SpanRecord], provided_fields: 
             result.repaired.append((record, repairs))
     with transaction.atomic():
         traces, new = traces_upsert(project=project, trace_ids=(s.trace_id for s in spans))
-        existing, known = _stored_lookup(project=project, traces=traces, new=new, spans=spans)
+        existing, known = _stored_lookup(traces=traces, new=new, spans=spans)
         inferred = _resolve_nodes(spans=spans, known=known)
         rows, resent = [], []
         changed_traces: set[int] = set()  # judged traces this request adds spans to or changes spans of

@@ -18,7 +18,7 @@ a project with a shorter retention has its spans deleted with its traces, in the
 """
 
 import logging
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from django.db import transaction
 from django.utils import timezone
@@ -114,7 +114,7 @@ def traces_retention_enforce(*, now: datetime | None = None, batch: int = RETENT
         expired_days = span_partitions_expired(now=now)
         if expired_days:
             # Every trace of those days is expired for its project: the loop below deletes their rows.
-            span_partitions_drop(before=expired_days[-1] + timedelta(days=1), only=expired_days)
+            span_partitions_drop(days=expired_days)
     for project in projects if projects is not None else Project.objects.order_by("slug"):
         old = traces_expired(project=project, now=now)
         if old is None:

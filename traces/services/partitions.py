@@ -6,7 +6,7 @@ whole days. Partitions are named `traces_span_pYYYYMMDD` and hold one day; `trac
 has no partition yet (a trace first received long ago or far ahead, or a day beat has not reached).
 
     span_partitions_ensure(today=..., days_ahead=7)   # beat: create the coming days, moving rows out of the default
-    span_partitions_drop(before=day)                  # retention: drop whole days, returns what it dropped
+    span_partitions_drop(days=[day, ...])             # retention: drop whole days, returns what it dropped
     span_table_partition(batch_size=50_000)           # migration 0008: convert a plain table, batched, resumable
 
 The primary key is (id, trace_day) and the unique key (trace, span id, trace_day, project): a partitioned table's
@@ -38,12 +38,8 @@ def partition_name(day: date) -> str:
     return f"{TABLE}_p{day:%Y%m%d}"
 
 
-def _connection(alias: str = "default"):
-    return connections[alias]
-
-
 def span_table_is_partitioned(*, alias: str = "default") -> bool:
-    connection = _connection(alias)
+    connection = connections[alias]
     if not on_postgres(connection):
         return False
     with connection.cursor() as cursor:
@@ -53,7 +49,7 @@ def span_table_is_partitioned(*, alias: str = "default") -> bool:
 
 def span_partition_days(*, alias: str = "default") -> list[date]:
     """The days that have their own partition, oldest first."""
-    connection = _connection(alias)
+    connection = connections[alias]
     if not on_postgres(connection):
         return []
     with connection.cursor() as cursor:
@@ -73,7 +69,7 @@ def span_default_rows(*, alias: str = "default") -> int | None:
     """Rows in the default partition (days that have no partition of their own); None where there is none."""
     if not span_table_is_partitioned(alias=alias):
         return None
-    with _connection(alias).cursor() as cursor:
+    with connections[alias].cursor() as cursor:
         cursor.execute(f"SELECT count(*) FROM {DEFAULT}")
         return cursor.fetchone()[0]
 
@@ -113,7 +109,7 @@ def span_partitions_ensure(*, today: date | None = None, days_ahead: int = 7, da
     today = today or utc_today()
     wanted = {today + timedelta(days=n) for n in range(-1, days_ahead + 1)} | set(days or [])
     created = []
-    connection = _connection(alias)
+    connection = connections[alias]
     for day in sorted(wanted):
         with transaction.atomic(using=alias), connection.cursor() as cursor:
             if _create_partition(cursor, TABLE, day, DEFAULT):
@@ -123,17 +119,12 @@ def span_partitions_ensure(*, today: date | None = None, days_ahead: int = 7, da
     return created
 
 
-def span_partitions_drop(*, before: date, only: list[date] | None = None, alias: str = "default") -> list[date]:
-    """Drop every day's partition older than `before` (of those, only the days in `only` when given): their spans
-    go with them, with no row-by-row delete. Returns the days dropped. The caller has made sure every trace of
-    those days is expired."""
+def span_partitions_drop(*, days: list[date], alias: str = "default") -> list[date]:
+    """Drop these days' partitions (those that exist): their spans go with them, with no row-by-row delete. Returns
+    the days dropped. The caller has made sure every trace of those days is expired."""
     dropped = []
-    connection = _connection(alias)
-    for day in span_partition_days(alias=alias):
-        if day >= before:
-            break
-        if only is not None and day not in only:
-            continue
+    connection = connections[alias]
+    for day in sorted(set(days) & set(span_partition_days(alias=alias))):
         with transaction.atomic(using=alias), connection.cursor() as cursor:
             # Deferred foreign-key checks of rows written earlier in this transaction would block the drop.
             cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
@@ -228,7 +219,7 @@ def span_table_partition(*, batch_size: int = 50_000, alias: str = "default",
     The last step takes an exclusive lock only to copy the rows that arrived meanwhile and swap the names. Spans
     changed or deleted meanwhile are not followed: run it with ingestion stopped, as `manage.py migrate` is.
     `on_batch(copied, last_id)` is called after each committed batch."""
-    connection = _connection(alias)
+    connection = connections[alias]
     started = time.monotonic()
     if not on_postgres(connection) or span_table_is_partitioned(alias=alias):
         return {"rows": 0, "seconds": 0.0, "rows_per_second": None, "batches": 0}
@@ -275,7 +266,7 @@ def span_table_partition(*, batch_size: int = 50_000, alias: str = "default",
 
 def span_table_unpartition(*, alias: str = "default") -> None:
     """Back to one plain table (migration 0008 reversed): one transaction, for a development database."""
-    connection = _connection(alias)
+    connection = connections[alias]
     if not span_table_is_partitioned(alias=alias):
         return
     with transaction.atomic(using=alias), connection.cursor() as cursor:

@@ -1,7 +1,7 @@
 """The per-batch statements of the write path around the span COPY: trace rows, stored spans, root contexts.
 
     traces, new = traces_upsert(project=project, trace_ids=ids)   # get or create, locked until commit
-    stored = stored_spans_find(project=project, keys=[(trace_pk, span_id), ...])   # {(trace_pk, span_id): (...)}
+    stored = stored_spans_find(keys=[(trace_pk, span_id), ...])   # {(trace_pk, span_id): (kind, node, inferred)}
     traces_context_save(traces=[(trace, changed_fields), ...])    # what root spans said about their traces
 
 On Postgres each is one statement with server-side parameters (arrays, psycopg's own cursor): no ORM query
@@ -89,12 +89,12 @@ def traces_upsert(*, project: Project, trace_ids: Iterable[str]) -> tuple[dict[s
     return rows, created
 
 
-def stored_spans_find(*, project: Project, keys: Iterable[tuple[int, str]],
+def stored_spans_find(*, keys: Iterable[tuple[int, str]],
                       days: Iterable[date] = ()) -> dict[tuple[int, str], tuple[str, str, bool]]:
-    """(kind, node, node_inferred) of the project's stored spans among `keys` = (trace row pk, span id); `days`, the
-    traces' first_received_day, lets Postgres read only their partitions. On Postgres the trace pks say the project:
-    a project condition there made the planner pick the (project, node) index on a fresh day's partition (no
-    statistics yet) and scan it for every batch, instead of one probe of the unique key per span."""
+    """(kind, node, node_inferred) of the stored spans among `keys` = (trace row pk, span id); `days`, the traces'
+    first_received_day, lets Postgres read only their partitions. No project condition: the trace pks say it, and
+    with one the planner picked the (project, node) index on a fresh day's partition (no statistics yet) and scanned
+    it for every batch, instead of one probe of the unique key per span."""
     keys = sorted(set(keys))
     if not keys:
         return {}
@@ -106,7 +106,7 @@ def stored_spans_find(*, project: Project, keys: Iterable[tuple[int, str]],
         condition = Q()
         for trace_pk, span_ids in by_trace.items():
             condition |= Q(trace_id=trace_pk, span_id__in=span_ids)
-        rows = Span.objects.filter(condition, project=project).values_list("trace_id", "span_id", "kind", "node", "node_inferred")
+        rows = Span.objects.filter(condition).values_list("trace_id", "span_id", "kind", "node", "node_inferred")
         if days:
             rows = rows.filter(trace_day__in=set(days))
         return {(t, s): (kind, node, inferred) for t, s, kind, node, inferred in rows}
