@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import IO, Protocol, runtime_checkable
+from typing import IO, Any, Protocol, runtime_checkable
 
 from evolution.deploy.commands import (
     CommandOutcome,
@@ -24,6 +24,7 @@ from evolution.deploy.commands import (
     process_stat,
     subprocess_command_runner,
 )
+from clear.errors import ClearError
 from evolution.deploy.state import file_replace_atomic
 from evolution.deploy.errors import ActivatorError, DeployInvalid
 
@@ -43,6 +44,9 @@ class ProcessActivator:
 
     With `pid_file`, the running agent is recorded (pid + kernel start time, so a recycled pid is never mistaken for
     it) and a later activator — the next Celery task, after a worker restart — adopts, probes and replaces it.
+
+    With `confinement` (evolution/sandbox/live.py, what every hot-swap job's plan passes) the agent runs in the
+    sandbox as the sandbox user; the record then also holds the sandbox's init, through which it is stopped.
     """
 
     def __init__(
@@ -53,6 +57,7 @@ class ProcessActivator:
         log_path: Path | None = None,
         pid_file: Path | None = None,
         stop_timeout_s: float = 5.0,
+        confinement: Any = None,
     ):
         command_argv(command, release_dir="")  # bad commands fail at configuration time, not at the first reload
         if stop_timeout_s <= 0:
@@ -62,23 +67,30 @@ class ProcessActivator:
         self.log_path = Path(log_path) if log_path else None
         self.pid_file = Path(pid_file) if pid_file else None
         self.stop_timeout_s = stop_timeout_s
+        self.confinement = confinement
         self.process: subprocess.Popen[bytes] | None = None
+        self.sandbox: tuple[int, int] | None = None  # the sandbox's init (pid, start) when confined
         self.release_dir: Path | None = None
         self._guard = threading.Lock()
 
-    def _recorded(self) -> tuple[int, int] | None:
-        """(pid, start time) of the agent in pid_file, if that very process still runs."""
+    def _record_read(self) -> dict | None:
         if self.pid_file is None:
             return None
         try:
             data = json.loads(self.pid_file.read_text())
-            pid, started = int(data["pid"]), int(data["start"])
-        except (OSError, ValueError, KeyError, TypeError):
+            return data if isinstance(data, dict) else None
+        except (OSError, ValueError):
             return None
-        stat = process_stat(pid)
-        if stat is None or stat[1] != started or stat[0] in ("Z", "X"):
-            return None
-        return pid, started
+
+    def _recorded(self) -> tuple[int, int] | None:
+        """(pid, start time) of the agent in pid_file, if that very process still runs."""
+        return _running(self._record_read(), "pid", "start")
+
+    def _sandbox_running(self) -> tuple[int, int] | None:
+        """(pid, start time) of the sandbox's init: this activator's own agent's, else the recorded one's."""
+        if self.sandbox is not None:
+            return _running({"pid": self.sandbox[0], "start": self.sandbox[1]}, "pid", "start")
+        return _running(self._record_read(), "sandbox_pid", "sandbox_start")
 
     @property
     def pid(self) -> int | None:
@@ -105,19 +117,28 @@ class ProcessActivator:
                 self.log_path.parent.mkdir(parents=True, exist_ok=True)
                 log = open(self.log_path, "ab")
             try:
-                self.process = subprocess.Popen(
-                    argv, cwd=release_dir, env=command_env(self.env), stdin=subprocess.DEVNULL, stdout=log,
-                    stderr=subprocess.STDOUT, start_new_session=True,
-                )
-            except OSError as exc:
-                raise ActivatorError(f"Cannot start {' '.join(argv)} in {release_dir}: {exc.strerror or exc}") from exc
+                if self.confinement is not None:
+                    spawned = self.confinement.spawn(cmd=argv, release_dir=release_dir, log=log)
+                    self.process, sandbox_pid = spawned.process, spawned.sandbox_pid
+                else:
+                    self.process, sandbox_pid = subprocess.Popen(
+                        argv, cwd=release_dir, env=command_env(self.env), stdin=subprocess.DEVNULL, stdout=log,
+                        stderr=subprocess.STDOUT, start_new_session=True,
+                    ), None
+            except (OSError, ClearError) as exc:
+                reason = getattr(exc, "message", None) or getattr(exc, "strerror", None) or str(exc)
+                raise ActivatorError(f"Cannot start {' '.join(argv)} in {release_dir}: {reason}") from exc
             finally:
                 if not isinstance(log, int):
                     log.close()
             self.release_dir = release_dir
             stat = process_stat(self.process.pid)
+            sandbox_stat = process_stat(sandbox_pid) if sandbox_pid is not None else None
+            self.sandbox = (sandbox_pid, sandbox_stat[1]) if sandbox_pid is not None and sandbox_stat else None
             if self.pid_file is not None and stat is not None:
                 record = {"pid": self.process.pid, "start": stat[1], "release_dir": str(release_dir)}
+                if self.sandbox is not None:
+                    record.update(sandbox_pid=self.sandbox[0], sandbox_start=self.sandbox[1])
                 file_replace_atomic(self.pid_file, json.dumps(record).encode())
 
     def stop(self) -> None:
@@ -125,12 +146,17 @@ class ProcessActivator:
             self._stop_locked()
 
     def _stop_locked(self) -> None:
-        process, self.process = self.process, None
+        sandbox = self._sandbox_running()
+        process, self.process, self.sandbox = self.process, None, None
         recorded = self._recorded() if process is None else None
         if process is None and recorded is None:
+            if sandbox is not None:  # bwrap is gone but its sandbox is not: only its init can take it down
+                process_group_kill(sandbox[0])
             return
         pgid = process.pid if process is not None else recorded[0]  # start_new_session: leader pid = group id
-        process_group_kill(pgid, signum=signal.SIGTERM)
+        # A sandboxed agent is in the group its sandbox's init leads (bwrap's --new-session), not in bwrap's:
+        # SIGTERM reaches it there; the init itself takes no SIGTERM from outside its namespace.
+        process_group_kill(sandbox[0] if sandbox is not None else pgid, signum=signal.SIGTERM)
         if process is not None:
             try:
                 process.wait(timeout=self.stop_timeout_s)
@@ -141,6 +167,9 @@ class ProcessActivator:
             while self._recorded() is not None and time.monotonic() < deadline:
                 time.sleep(0.02)
         # Children the agent spawned may ignore SIGTERM or outlive the leader: the group goes, not just the leader.
+        # A sandbox's init taken down takes its whole pid namespace with it.
+        if sandbox is not None and _running({"pid": sandbox[0], "start": sandbox[1]}, "pid", "start"):
+            process_group_kill(sandbox[0], wait_s=self.stop_timeout_s)
         process_group_kill(pgid, wait_s=self.stop_timeout_s)
         if process is not None:
             process.wait()
@@ -152,6 +181,19 @@ class ProcessActivator:
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
+
+
+def _running(record: dict | None, pid_key: str, start_key: str) -> tuple[int, int] | None:
+    if not record:
+        return None
+    try:
+        pid, started = int(record[pid_key]), int(record[start_key])
+    except (KeyError, TypeError, ValueError):
+        return None
+    stat = process_stat(pid)
+    if stat is None or stat[1] != started or stat[0] in ("Z", "X"):
+        return None
+    return pid, started
 
 
 def _require_ok(outcome: CommandOutcome, what: str) -> CommandOutcome:

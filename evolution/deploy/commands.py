@@ -190,3 +190,24 @@ def sandbox_command_runner(sandbox: Any, *, limits: Any = None) -> CommandRunner
 
     return run
 
+
+
+def confined_command_runner(confinement: Any) -> CommandRunner:
+    """Adapt a live release's confinement (evolution/sandbox/live.py) to a CommandRunner: preflight commands and
+    command probes run in the sandbox with the release (what `cwd` resolves to, `current` followed) read-only."""
+
+    def run(
+        argv: Sequence[str], *, cwd: Path | None, timeout_s: float, env: Mapping[str, str] | None = None
+    ) -> CommandOutcome:
+        if cwd is None:
+            raise DeployInvalid("A sandboxed command needs a working directory (the release directory).")
+        release_dir = Path(cwd).resolve()
+        if not release_dir.is_dir():
+            return CommandOutcome(argv=tuple(argv), exit_code=None, error=f"no release directory at {cwd}")
+        result = confinement.run_once(cmd=list(argv), release_dir=release_dir, timeout_s=timeout_s, env=env)
+        return CommandOutcome(
+            argv=tuple(argv), exit_code=result.exit_code, stdout=result.stdout[-OUTPUT_TAIL_CHARS:],
+            stderr=result.stderr[-OUTPUT_TAIL_CHARS:], timed_out=result.timed_out, duration_s=result.duration_s,
+        )
+
+    return run

@@ -8,8 +8,14 @@ The models are pydantic so the target config can nest `HotSwapConfig` and report
       "preflight_commands": ["python -c 'import support_desk'"],
       "probes": [{"kind": "command", "command": "python -m support_desk health"}, {"kind": "process_alive"}],
       "health": {"interval_s": 5, "window_s": 90, "passes_required": 3},
-      "keep_releases": 5
+      "keep_releases": 5,
+      "network": "none"
     }
+
+Built with a confinement (what every hot-swap job's plan gets, evolution/services/hot_swap.py), the process
+activator's agent, the preflight commands and the command probes run in the sandbox (evolution/sandbox/live.py): as
+the sandbox user, with the activator's `env` plus PATH, HOME and LANG, without network unless `network` is "host",
+and able to write only in the directories of their heartbeat probes.
 """
 
 from __future__ import annotations
@@ -22,7 +28,9 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from evolution.deploy.activators import Activator, KubernetesActivator, ProcessActivator, SystemdActivator
-from evolution.deploy.commands import CommandRunner, command_argv, subprocess_command_runner
+from evolution.deploy.commands import (
+    CommandRunner, command_argv, confined_command_runner, subprocess_command_runner,
+)
 from evolution.deploy.errors import DeployInvalid
 from evolution.deploy.health import (
     CommandProbe,
@@ -135,6 +143,26 @@ class HeartbeatProbeConfig(_Strict):
     max_age_s: float = Field(30.0, gt=0, le=86400)
 
 
+# What a releases root holds besides the heartbeat directories (evolution/deploy/README.md): never writable by the
+# live release.
+ROOT_ENTRIES = ("releases", "current", "state.json", ".lock", "agent.pid", "agent.log")
+
+
+def _heartbeat_dir_problem(path: str) -> str:
+    parts = Path(path).parts
+    if Path(path).is_absolute():
+        return ("must be relative to the releases root when the activator is a process: the live release writes "
+                "its heartbeat there and nowhere else")
+    if ".." in parts:
+        return "must stay inside the releases root (no '..')"
+    if len(parts) < 2:
+        return (f"give the heartbeat a directory of its own, e.g. 'heartbeat/{path}': the live release may write "
+                "in that directory and nowhere else outside its release")
+    if parts[0] in ROOT_ENTRIES or parts[0].startswith("."):
+        return f"{parts[0]!r} belongs to the releases root; choose another directory, e.g. 'heartbeat/beat'"
+    return ""
+
+
 ActivatorConfig = Annotated[
     ProcessActivatorConfig | SystemdActivatorConfig | KubernetesActivatorConfig, Field(discriminator="kind")
 ]
@@ -172,6 +200,7 @@ class HotSwapPlan:
     window_s: float
     passes_required: int
     keep_releases: int
+    preflight_runner: CommandRunner = subprocess_command_runner
 
     def health_kwargs(self) -> dict[str, Any]:
         """For hot_swap_recover / hot_swap_rollback."""
@@ -180,7 +209,8 @@ class HotSwapPlan:
 
     def promote_kwargs(self) -> dict[str, Any]:
         return {**self.health_kwargs(), "preflight_commands": self.preflight_commands,
-                "preflight_timeout_s": self.preflight_timeout_s, "keep_releases": self.keep_releases}
+                "preflight_runner": self.preflight_runner, "preflight_timeout_s": self.preflight_timeout_s,
+                "keep_releases": self.keep_releases}
 
 
 class HotSwapConfig(_Strict):
@@ -190,11 +220,34 @@ class HotSwapConfig(_Strict):
     preflight_timeout_s: float = Field(120.0, gt=0, le=3600)
     health: HealthConfig = Field(default_factory=HealthConfig)
     keep_releases: int = Field(5, ge=1, le=1000)
+    # "host": the live release shares the worker host's network, its loopback services (Redis, Postgres) included.
+    network: Literal["none", "host"] = "none"
 
     @field_validator("preflight_commands")
     @classmethod
     def _commands(cls, value: list[str]) -> list[str]:
         return [_command(command) for command in value]
+
+    @model_validator(mode="after")
+    def _heartbeats_writable(self) -> HotSwapConfig:
+        if isinstance(self.activator, ProcessActivatorConfig):
+            for index, probe in enumerate(self.probes):
+                problem = _heartbeat_dir_problem(probe.path) if isinstance(probe, HeartbeatProbeConfig) else ""
+                if problem:
+                    raise ValueError(f"probes.{index}.path: {problem}")
+        return self
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The variables the live release's processes get besides PATH, HOME and LANG."""
+        return dict(self.activator.env) if isinstance(self.activator, ProcessActivatorConfig) else {}
+
+    def writable_dirs(self, releases_root: Path | str) -> list[Path]:
+        """The heartbeat directories a process activator's agent may write (nothing else outside its release)."""
+        if not isinstance(self.activator, ProcessActivatorConfig):
+            return []
+        root = Path(releases_root).absolute()
+        return [(root / probe.path).parent for probe in self.probes if isinstance(probe, HeartbeatProbeConfig)]
 
     def build(
         self,
@@ -202,24 +255,31 @@ class HotSwapConfig(_Strict):
         releases_root: Path | str,
         health_command: str = "",
         runner: CommandRunner = subprocess_command_runner,
+        confinement: Any = None,
     ) -> HotSwapPlan:
         """Activator and probes for one release root. Without explicit probes: the target's health command (when it
-        has one) plus the activator's liveness. A process activator keeps its pid file and log in the root."""
+        has one) plus the activator's liveness. A process activator keeps its pid file and log in the root.
+
+        With `confinement` (evolution/sandbox/live.py) the agent, the preflight commands and the command probes
+        run in the sandbox; systemctl and kubectl (the activator's own `runner`) stay the operator's, on the host."""
         root = Path(releases_root).absolute()
-        activator = self._activator(root, runner)
-        probes = self._probes(root, activator, health_command, runner)
+        activator = self._activator(root, runner, confinement)
+        command_runner = confined_command_runner(confinement) if confinement is not None else runner
+        probes = self._probes(root, activator, health_command, command_runner)
         return HotSwapPlan(
             activator=activator, probes=probes, preflight_commands=tuple(self.preflight_commands),
             preflight_timeout_s=self.preflight_timeout_s, interval_s=self.health.interval_s,
             window_s=self.health.window_s, passes_required=self.health.passes_required,
             keep_releases=self.keep_releases,
+            preflight_runner=command_runner if confinement is not None else subprocess_command_runner,
         )
 
-    def _activator(self, root: Path, runner: CommandRunner) -> Activator:
+    def _activator(self, root: Path, runner: CommandRunner, confinement: Any) -> Activator:
         config = self.activator
         if isinstance(config, ProcessActivatorConfig):
             return ProcessActivator(command=config.command, env=config.env, log_path=root / "agent.log",
-                                    pid_file=root / "agent.pid", stop_timeout_s=config.stop_timeout_s)
+                                    pid_file=root / "agent.pid", stop_timeout_s=config.stop_timeout_s,
+                                    confinement=confinement)
         if isinstance(config, SystemdActivatorConfig):
             return SystemdActivator(unit=config.unit, user=config.user, timeout_s=config.timeout_s, runner=runner)
         return KubernetesActivator(deployment=config.deployment, container=config.container, image=config.image,

@@ -167,7 +167,8 @@ class HeartbeatFileProbe:
     def check(self) -> ProbeResult:
         def fresh() -> tuple[bool, str]:
             try:
-                age = self.now() - os.stat(self.path).st_mtime
+                # lstat: a link the agent planted there says nothing about the agent.
+                age = self.now() - os.lstat(self.path).st_mtime
             except FileNotFoundError:
                 return False, f"{self.path} does not exist"
             return age <= self.max_age_s, f"{age:.1f}s old (limit {self.max_age_s:g}s)"

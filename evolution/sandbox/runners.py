@@ -71,63 +71,8 @@ class BwrapRunner:
         self, *, cmd: Sequence[str], workdir: Path, rw_paths: Sequence[Path], ro_paths: Sequence[Path],
         args_fd: int, identity: SandboxIdentity | None = None,
     ) -> list[str]:
-        # The environment goes through --args, so the values are not on a command line `ps` shows.
-        argv = [self.bwrap, "--args", str(args_fd)]
-        links, system_paths = system_binds()
-        for target, link in links:
-            argv += ["--symlink", target, link]
-        # Mounts go shallow to deep, so the deeper path decides: a workdir inside the hidden var dir is bound back
-        # on top of it, a hidden dir inside the workdir stays hidden, the venv inside a workdir stays read-only.
-        # At equal depth a bind beats a hiding mount (the workdir is always reachable).
-        mounts: list[tuple[Path, int, list[str]]] = [
-            (Path(SANDBOX_TMP), 0, ["--perms", "1777", "--size", str(TMP_SIZE_BYTES), "--tmpfs", SANDBOX_TMP])]
-        mounts += [(Path(path), 0, ["--perms", "0755", "--tmpfs", path]) for path in PRIVATE_TMPFS]
-        binds: list[Path] = []
-        for path in system_paths + interpreter_dirs() + [Path(p) for p in ro_paths]:
-            path = path.resolve()
-            binds.append(path)
-            mounts.append((path, 1, ["--ro-bind", str(path), str(path)]))
-        for path in [Path(workdir), *(Path(p) for p in rw_paths)]:
-            path = path.resolve()
-            binds.append(path)
-            mounts.append((path, 1, ["--bind", str(path), str(path)]))
-        hidden = self.hidden_paths if self.hidden_paths is not None else server_secret_paths()
-        for path in map(Path, hidden):
-            path = path.resolve()
-            # Only what lies inside something bound needs hiding: nothing else of the host is there to see.
-            if any(path != bound and path.is_relative_to(bound) for bound in binds):
-                mounts.append((path, 0, ["--tmpfs", str(path)] if path.is_dir()
-                               else ["--ro-bind", "/dev/null", str(path)]))
-        mounts += self._parent_dirs(mounts, binds)
-        for _, _, mount in sorted(mounts, key=lambda item: (len(item[0].parts), item[1])):
-            argv += mount
-        argv += ["--dev", "/dev", "--proc", "/proc"]
-        argv += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net", "--unshare-cgroup-try"]
-        argv += ["--die-with-parent", "--new-session", "--chdir", str(Path(workdir).resolve())]
-        if os.geteuid() == 0:
-            # setpriv needs these two to become the sandbox user; both are gone once it has (a uid change to
-            # non-zero clears every capability), and no-new-privs keeps setuid binaries from bringing them back.
-            argv += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
-        argv.append("--")
-        if identity is not None:
-            argv += ["/usr/bin/setpriv", f"--reuid={identity.uid}", f"--regid={identity.gid}", "--clear-groups",
-                     "--inh-caps=-all", "--no-new-privs", "--"]
-        return argv + list(cmd)
-
-    @staticmethod
-    def _parent_dirs(mounts: list[tuple[Path, int, list[str]]], binds: list[Path]) -> list[tuple[Path, int, list[str]]]:
-        # bwrap creates missing parents of a mount point with the host's modes (/root is 0700), which would lock the
-        # sandbox user out of a path under them; parents outside any bind are created world-traversable first.
-        targets = {path for path, _, _ in mounts}
-        parents: set[Path] = set()
-        for path in targets:
-            for parent in path.parents:
-                if parent == Path("/") or parent in targets:
-                    continue
-                if any(parent.is_relative_to(bound) for bound in binds):
-                    continue
-                parents.add(parent)
-        return [(parent, -1, ["--perms", "0755", "--dir", str(parent)]) for parent in parents]
+        return bwrap_argv(bwrap=self.bwrap, cmd=cmd, chdir=workdir, rw_paths=[Path(workdir), *map(Path, rw_paths)],
+                          ro_paths=ro_paths, args_fd=args_fd, identity=identity, hidden_paths=self.hidden_paths)
 
     def run(
         self, *, cmd: Sequence[str], workdir: Path, rw_paths: Sequence[Path] = (), ro_paths: Sequence[Path] = (),
@@ -155,6 +100,84 @@ class BwrapRunner:
                 argv=argv, cwd=Path(workdir), env={"PATH": "/usr/bin:/bin"}, limits=limits, level=self.level,
                 stdout_cap=stdout_cap, should_stop=should_stop, pass_fds=(args_file.fileno(),),
             )
+
+
+def bwrap_argv(
+    *, bwrap: str, cmd: Sequence[str], chdir: Path, rw_paths: Sequence[Path], ro_paths: Sequence[Path], args_fd: int,
+    identity: SandboxIdentity | None, hidden_paths: Sequence[Path] | None = None, host_network: bool = False,
+    die_with_parent: bool = True, info_fd: int | None = None,
+) -> list[str]:
+    """The bwrap command line of every contained run: a trial's (its workdir among rw_paths) and a live release's
+    (evolution/sandbox/live.py: its release read-only, the host's network only when the operator opted in, and no
+    --die-with-parent for the agent, which outlives the task that started it)."""
+    # The environment goes through --args, so the values are not on a command line `ps` shows.
+    argv = [bwrap, "--args", str(args_fd)]
+    if info_fd is not None:
+        argv += ["--info-fd", str(info_fd)]
+    links, system_paths = system_binds()
+    for target, link in links:
+        argv += ["--symlink", target, link]
+    # Mounts go shallow to deep, so the deeper path decides: a workdir inside the hidden var dir is bound back
+    # on top of it, a hidden dir inside the workdir stays hidden, the venv inside a workdir stays read-only.
+    # At equal depth a bind beats a hiding mount (the workdir is always reachable).
+    mounts: list[tuple[Path, int, list[str]]] = [
+        (Path(SANDBOX_TMP), 0, ["--perms", "1777", "--size", str(TMP_SIZE_BYTES), "--tmpfs", SANDBOX_TMP])]
+    mounts += [(Path(path), 0, ["--perms", "0755", "--tmpfs", path]) for path in PRIVATE_TMPFS]
+    binds: list[Path] = []
+    for path in system_paths + interpreter_dirs() + [Path(p) for p in ro_paths]:
+        path = path.resolve()
+        binds.append(path)
+        mounts.append((path, 1, ["--ro-bind", str(path), str(path)]))
+    for path in map(Path, rw_paths):
+        path = path.resolve()
+        binds.append(path)
+        mounts.append((path, 1, ["--bind", str(path), str(path)]))
+    hidden = hidden_paths if hidden_paths is not None else server_secret_paths()
+    for path in map(Path, hidden):
+        path = path.resolve()
+        # Only what lies inside something bound needs hiding: nothing else of the host is there to see.
+        if any(path != bound and path.is_relative_to(bound) for bound in binds):
+            mounts.append((path, 0, ["--tmpfs", str(path)] if path.is_dir()
+                           else ["--ro-bind", "/dev/null", str(path)]))
+    mounts += _parent_dirs(mounts, binds)
+    for _, _, mount in sorted(mounts, key=lambda item: (len(item[0].parts), item[1])):
+        argv += mount
+    argv += ["--dev", "/dev", "--proc", "/proc"]
+    argv += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+    if not host_network:
+        argv.append("--unshare-net")
+    if die_with_parent:
+        argv.append("--die-with-parent")
+    argv += ["--new-session", "--chdir", str(Path(chdir).resolve())]
+    if os.geteuid() == 0:
+        # setpriv needs these two to become the sandbox user; both are gone once it has (a uid change to
+        # non-zero clears every capability), and no-new-privs keeps setuid binaries from bringing them back.
+        argv += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    argv.append("--")
+    return argv + identity_argv(identity) + list(cmd)
+
+
+def identity_argv(identity: SandboxIdentity | None) -> list[str]:
+    """The prefix that makes a root-started command the sandbox user, without groups, capabilities or a way back."""
+    if identity is None:
+        return []
+    return ["/usr/bin/setpriv", f"--reuid={identity.uid}", f"--regid={identity.gid}", "--clear-groups",
+            "--inh-caps=-all", "--no-new-privs", "--"]
+
+
+def _parent_dirs(mounts: list[tuple[Path, int, list[str]]], binds: list[Path]) -> list[tuple[Path, int, list[str]]]:
+    # bwrap creates missing parents of a mount point with the host's modes (/root is 0700), which would lock the
+    # sandbox user out of a path under them; parents outside any bind are created world-traversable first.
+    targets = {path for path, _, _ in mounts}
+    parents: set[Path] = set()
+    for path in targets:
+        for parent in path.parents:
+            if parent == Path("/") or parent in targets:
+                continue
+            if any(parent.is_relative_to(bound) for bound in binds):
+                continue
+            parents.add(parent)
+    return [(parent, -1, ["--perms", "0755", "--dir", str(parent)]) for parent in parents]
 
 
 @dataclass

@@ -60,13 +60,21 @@ def hot_swap_agents_stop() -> list[int]:
 
 
 def _plan(*, config: dict, root: Path):
+    """The target's hot-swap plan, its live release confined (evolution/sandbox/live.py): the agent, preflight and
+    probes run the approved candidate's code, so as the sandbox user with only the configured variables, and no
+    network unless the operator's hot_swap section says "network": "host". Raises SandboxUnavailable (a
+    ClearError) when this server cannot confine it."""
     from evolution.deploy import hot_swap_config_validate
+    from evolution.sandbox.live import live_confinement_get
 
     if not config.get("hot_swap"):
         raise EvolutionConfigInvalid("The target config has no hot_swap section (activator, probes, health; see "
                                      "evolution/deploy/README.md)", extra={"fields": {"hot_swap": "missing"}})
-    return hot_swap_config_validate(config["hot_swap"]).build(releases_root=root,
-                                                              health_command=config.get("health_command") or "")
+    hot_swap = hot_swap_config_validate(config["hot_swap"])
+    confinement = live_confinement_get(env=hot_swap.env, host_network=hot_swap.network == "host",
+                                       writable_dirs=hot_swap.writable_dirs(root))
+    return hot_swap.build(releases_root=root, health_command=config.get("health_command") or "",
+                          confinement=confinement)
 
 
 def releases_sync(*, target: EvolutionTarget) -> None:

@@ -52,14 +52,14 @@ EVOLUTION_CONFIG: dict[str, Any] = {
     "trial_timeout_s": 60,
     "trials": 2,
     # Hot-swap mode: releases are staged under Clear's releases root; `serve` runs from the release `current`
-    # points at and keeps a heartbeat in the root (../../ of a release), outside every release.
+    # points at and keeps a heartbeat in the root's heartbeat/ (../../ of a release), the one place outside its release it may write.
     "hot_swap": {
-        "activator": {"kind": "process", "command": "python -m support_desk serve --heartbeat ../../heartbeat"},
+        "activator": {"kind": "process", "command": "python -m support_desk serve --heartbeat ../../heartbeat/beat"},
         "preflight_commands": ["python -c 'import support_desk'"],
         "probes": [
             {"kind": "command", "command": "python -m support_desk health", "timeout_s": 30},
             {"kind": "process_alive"},
-            {"kind": "heartbeat", "path": "heartbeat", "max_age_s": 30},
+            {"kind": "heartbeat", "path": "heartbeat/beat", "max_age_s": 30},
         ],
         "health": {"interval_s": 5, "window_s": 90, "passes_required": 3},
         "keep_releases": 5,

@@ -76,7 +76,7 @@ def test_a_promoted_fix_is_confirmed_by_the_next_release_and_reopened_when_the_b
         assert (job.state, job.terminal_reason) == ("PROMOTED", "healthy"), job.error
         release = f"job-{job.pk}-{job.best_iteration.candidate_commit[:12]}"
         assert release_current_get(releases_root=root) == release
-        assert (root / "heartbeat").exists()  # `serve` is running from the new release
+        assert (root / "heartbeat" / "beat").exists()  # `serve` is running from the new release
     finally:
         hot_swap_config_validate(FAST_HOT_SWAP).build(releases_root=root).activator.stop()
     fix = InsightFix.objects.get(job=job)

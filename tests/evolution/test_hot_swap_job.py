@@ -19,13 +19,16 @@ from tests.evolution.support import happy_entries, script_write
 
 pytestmark = pytest.mark.django_db
 
-# A shared dependency every release needs: while <releases root>/outage exists, no release is healthy.
-DEPENDENCY_PROBE = "python -c \"import os, sys; sys.exit(os.path.exists('../../outage'))\""
+# A shared dependency every release needs: while <releases root>/shared/outage exists, no release is healthy. The
+# sandboxed release sees nothing of the releases root but its heartbeat directory (shared/), where it beats.
+DEPENDENCY_PROBE = "python -c \"import os, sys; sys.exit(os.path.exists('../../shared/outage'))\""
+AGENT = "python -c 'import pathlib, time; pathlib.Path(\"../../shared/beat\").touch(); time.sleep(600)'"
 HOT_SWAP = {
-    "activator": {"kind": "process", "command": "python -c 'import time; time.sleep(600)'", "stop_timeout_s": 5},
+    "activator": {"kind": "process", "command": AGENT, "stop_timeout_s": 5},
     "preflight_commands": ["python -c 'import router'"],
     "probes": [{"kind": "command", "command": "python health.py", "timeout_s": 10},
-               {"kind": "command", "command": DEPENDENCY_PROBE, "timeout_s": 10}, {"kind": "process_alive"}],
+               {"kind": "command", "command": DEPENDENCY_PROBE, "timeout_s": 10}, {"kind": "process_alive"},
+               {"kind": "heartbeat", "path": "shared/beat", "max_age_s": 600}],
     # Fast through the config; the defaults (5 s, 90 s, 3 passes) are the deploy library's and stay.
     "health": {"interval_s": 0.2, "window_s": 3, "passes_required": 2},
     "keep_releases": 5,
@@ -123,7 +126,7 @@ def test_promote_rollback_and_a_failed_rollback_through_jobs(promote, hot_target
     assert not InsightFix.objects.filter(job=job3).exists()
 
     # A rollback that itself fails: the shared dependency is down, so r0 fails its re-probe too.
-    (root / "outage").write_text("database down\n")
+    (root / "shared" / "outage").write_text("database down\n")
     job4, r4 = promote(FIXED_AGAIN, "four")
     assert (job4.state, job4.terminal_reason) == ("FAILED", "rollback_unhealthy")
     assert _path(job4)[-4:] == ["PROMOTING", "HEALTH_CHECK", "ROLLING_BACK", "FAILED"]
