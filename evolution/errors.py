@@ -11,6 +11,13 @@ class EvolutionConfigInvalid(EvolutionError):
     code = "evolution_config_invalid"
 
 
+class PersonRequired(EvolutionError):
+    # A project key is software acting for the project; making a release live or taking it down is a decision a
+    # person takes, logged in, where the job's evidence is shown.
+    status_code = 403
+    code = "person_required"
+
+
 class SandboxUnavailable(EvolutionError):
     # The server lacks the isolation the configuration asks for; the client cannot fix that by resending.
     status_code = 503

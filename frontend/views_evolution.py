@@ -1,6 +1,7 @@
 """Evolution pages: the Evolve form (from an insight or a ticket), the jobs list, a job's page (stage timeline, live
 status, plan and reviews, diff, gates, per-task scores, verdict, approve / discard). Targets and release history:
-views_evolution_targets.py.
+views_evolution_targets.py. Approving, discarding and starting again over a candidate awaiting a decision are the
+project owners' (a member gets 403); no API key can do them at all.
 
 Reads go through `evolution.selectors`, writes through `evolution.services` (a ClearError's message is shown as it
 is). Plans, reviews and diffs are model output: they are only ever auto-escaped by the templates.
@@ -13,12 +14,14 @@ import json
 from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from clear.errors import ClearError, NotFoundError
 from clear.projects.models import Project
+from clear.projects.selectors import membership_is_owner
 from diagnosis.selectors import insight_get
 from diagnosis.tickets.selectors import ticket_get
 from evolution.apis.jobs import artifact_response
@@ -37,13 +40,11 @@ from evolution.selectors import (
     evolution_target_list,
     evolution_target_scripted_fixtures,
 )
-from evolution.services import evolution_job_cancel
+from evolution.services import evolution_job_cancel, evolution_job_consent, evolution_job_discard
 from evolution.services.api_actions import (
     MODES,
     backend_config_confine,
-    evolution_job_approve,
     evolution_job_create,
-    evolution_job_reject,
     evolution_job_restart,
     job_mode,
 )
@@ -64,6 +65,16 @@ MODE_LABELS = {"pr": "pull request (push a branch for review)",
 DEPTH_LABELS = {"shallow": "shallow — up to 2 iterations, 1 review round",
                 "standard": "standard — up to 3 iterations, 2 review rounds",
                 "deep": "deep — up to 5 iterations, 3 review rounds"}
+
+
+OWNERS_DECIDE = "Only the project's owners approve or discard a candidate"
+
+
+def owner_check(request: HttpRequest, project: Project, refusal: str) -> None:
+    """Making a release live or taking it down is the owners' decision: a member gets 403 (an outsider already got
+    404 from project_for)."""
+    if not membership_is_owner(project=project, user=request.user):
+        raise PermissionDenied(refusal)
 
 
 def or_404(call, **kwargs):
@@ -202,6 +213,8 @@ def evolve(request: HttpRequest, slug: str) -> HttpResponse:
 def _evolve_restart(request: HttpRequest, project: Project, job_id: int) -> HttpResponse:
     """"Start again from the live release": the same job again, on what is live now (the old candidate discarded)."""
     job = or_404(evolution_job_get, project=project, job_id=job_id)
+    if not job.is_terminal:  # its candidate, awaiting a decision now or soon, is discarded
+        owner_check(request, project, OWNERS_DECIDE)
     try:
         new = evolution_job_restart(job=job, user=request.user)
     except ClearError as exc:
@@ -331,6 +344,7 @@ def job_detail(request: HttpRequest, slug: str, job_id: int) -> HttpResponse:
         "artifact_count": len(artifacts),
         "awaiting": job.state == JobState.AWAITING_CONSENT and candidate is not None,
         "candidate": candidate, "terminal": job.state in TERMINAL_STATES,
+        "owner": membership_is_owner(project=project, user=request.user),  # a member sees no approve/discard
         "fix": fix, "base": base,  # base: "based on release X" (_evolution_base.html)
     }
     return render(request, "frontend/evolution_job.html", context)
@@ -342,8 +356,10 @@ def job_status(request: HttpRequest, slug: str, job_id: int) -> JsonResponse:
     return JsonResponse(job_status_data(or_404(evolution_job_get, project=project, job_id=job_id)))
 
 
-def _job_action(request: HttpRequest, slug: str, job_id: int, action) -> HttpResponse:
+def _job_action(request: HttpRequest, slug: str, job_id: int, action, *, owners_only: bool = False) -> HttpResponse:
     project = project_for(request, slug)
+    if owners_only:
+        owner_check(request, project, OWNERS_DECIDE)
     job = or_404(evolution_job_get, project=project, job_id=job_id)
     try:
         text = action(job)
@@ -358,18 +374,18 @@ def _job_action(request: HttpRequest, slug: str, job_id: int, action) -> HttpRes
 @require_POST
 def job_approve(request: HttpRequest, slug: str, job_id: int) -> HttpResponse:
     def approve(job):
-        job = evolution_job_approve(job=job, user=request.user, patch_sha256=request.POST.get("patch_sha256", ""))
+        job = evolution_job_consent(job=job, user=request.user, patch_sha256=request.POST.get("patch_sha256", ""))
         return f"Approved: job {job.pk} is promoting the candidate ({job_mode(job).replace('_', ' ')})."
-    return _job_action(request, slug, job_id, approve)
+    return _job_action(request, slug, job_id, approve, owners_only=True)
 
 
 @login_required
 @require_POST
 def job_discard(request: HttpRequest, slug: str, job_id: int) -> HttpResponse:
     def discard(job):
-        evolution_job_reject(job=job, user=request.user)
+        evolution_job_discard(job=job, user=request.user)
         return f"Job {job.pk}'s candidate was discarded."
-    return _job_action(request, slug, job_id, discard)
+    return _job_action(request, slug, job_id, discard, owners_only=True)
 
 
 @login_required

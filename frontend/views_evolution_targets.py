@@ -1,5 +1,6 @@
-"""Evolution pages of targets and releases: register a target and edit its config (every bad field named), the
-hot-swap release history and its rollback (run by a worker; the page polls the rollback's status JSON).
+"""Evolution pages of targets and releases: register a target and edit its config (every bad field named; the
+commands, sandbox levels, hot_swap and scripted_fixtures are the operator's), the hot-swap release history and its
+rollback (the project owners'; run by a worker, the page polls the rollback's status JSON).
 
 Reads go through `evolution.selectors`, writes through `evolution.services` (a ClearError's message is shown as it
 is).
@@ -18,6 +19,7 @@ from django.views.decorators.http import require_POST
 
 from clear.errors import ClearError
 from clear.projects.models import Project
+from clear.projects.selectors import membership_is_owner
 from evolution.selectors import (
     evolution_job_list,
     evolution_rollback_get,
@@ -30,7 +32,7 @@ from evolution.services import evolution_target_update
 from evolution.services.api_actions import evolution_target_register
 from evolution.services.rollbacks import release_rollback_request
 from frontend.views import project_for
-from frontend.views_evolution import or_404
+from frontend.views_evolution import or_404, owner_check
 
 
 def _config_from(text: str, errors: dict) -> dict | None:
@@ -123,7 +125,8 @@ def releases(request: HttpRequest, slug: str) -> HttpResponse:
         rows.append({"target": target, "releases": record,
                      "entries": [(release_id, info, record.rows.get(release_id)) for release_id, info in releases_kept],
                      "rollback_running": record.rollback is not None and not record.rollback.is_done})
-    context = {"project": project, "nav": "evolution", "rows": rows}
+    context = {"project": project, "nav": "evolution", "rows": rows,
+               "owner": membership_is_owner(project=project, user=request.user)}  # a member sees no rollback buttons
     return render(request, "frontend/evolution_releases.html", context)
 
 
@@ -132,6 +135,7 @@ def releases(request: HttpRequest, slug: str) -> HttpResponse:
 def release_rollback(request: HttpRequest, slug: str, target_id: int) -> HttpResponse:
     """Queue the rollback and come back at once: a worker swaps, reloads and re-probes; the page follows it."""
     project = project_for(request, slug)
+    owner_check(request, project, "Only the project's owners roll a target back")
     target = or_404(evolution_target_by_id, project=project, target_id=target_id)
     try:
         rollback = release_rollback_request(target=target, user=request.user,

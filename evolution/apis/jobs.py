@@ -1,5 +1,5 @@
-"""/api/v1/evolution/jobs/: start, list and follow jobs, cancel, approve or discard the candidate, mark the PR merged,
-download an artifact."""
+"""/api/v1/evolution/jobs/: start, list and follow jobs, cancel, mark the PR merged, download an artifact. Approve and
+discard answer every key 403: a person decides, in the web UI."""
 
 from __future__ import annotations
 
@@ -16,7 +16,9 @@ from clear.api.pagination import PAGINATION_PARAMETERS, page_body, paginate, pag
 from clear.errors import ClearError, NotFoundError
 from diagnosis.selectors import insight_get
 from diagnosis.tickets.selectors import ticket_get
-from evolution.apis.common import CONFLICT, ID, body_valid, request_actor, request_actor_name
+from evolution.apis.common import (
+    CONFLICT, ID, PERSON_REQUIRED, body_valid, person_required, request_actor, request_actor_name,
+)
 from evolution.models import EvolutionJob, JobState
 from evolution.selectors import (
     evolution_artifact_get,
@@ -37,7 +39,7 @@ from evolution.serializers import (
     iterations_data,
 )
 from evolution.services import evolution_job_cancel
-from evolution.services.api_actions import MODES, evolution_job_approve, evolution_job_create, evolution_job_reject
+from evolution.services.api_actions import MODES, evolution_job_create
 from evolution.services.watch import evolution_job_mark_merged
 from evolution.services.workspace import artifact_read
 
@@ -194,34 +196,22 @@ class JobCancelApi(ProjectApi):
 
 
 class JobApproveApi(ProjectApi):
-    """Consent to promote the best candidate of a job awaiting consent. `patch_sha256` is the hash of the diff you
-    reviewed (`candidate.patch_sha256`); if the candidate changed since, 409 patch_changed and nothing happens."""
+    """Approving a candidate promotes it (a hot-swap job makes it the live release): a person does it, logged in as
+    an owner of the project, on the job's page in the web UI. Every project key gets 403 person_required, before the
+    job is looked up."""
 
-    class InputSerializer(serializers.Serializer):
-        patch_sha256 = serializers.RegexField(r"^[0-9a-f]{64}$", help_text="hex sha256 of the reviewed diff",
-                                              error_messages={"invalid": "64 lowercase hex characters"})
-
-    @extend_schema(operation_id="evolution_jobs_approve", request=InputSerializer,
-                   responses={200: JobOutputSerializer,
-                              409: OpenApiResponse(description="not awaiting consent, or patch_changed")})
+    @extend_schema(operation_id="evolution_jobs_approve", request=None, responses={403: PERSON_REQUIRED})
     def post(self, request: Request, job_id: int) -> Response:
-        project = self.project(request)
-        job = evolution_job_get(project=project, job_id=job_id)
-        values = body_valid(self.InputSerializer, request)
-        evolution_job_approve(job=job, patch_sha256=values["patch_sha256"], **request_actor(request))
-        return Response(JobOutputSerializer(evolution_job_get(project=project, job_id=job.pk)).data)
+        raise person_required(action="approve a job's candidate", page="the job's page (Evolution → Jobs)")
 
 
 class JobDiscardApi(ProjectApi):
-    """Throw the candidate of a job awaiting consent away: the job ends CANCELLED (discarded)."""
+    """Discarding a candidate is a person's decision too: an owner of the project does it on the job's page in the
+    web UI. Every project key gets 403 person_required, before the job is looked up."""
 
-    @extend_schema(operation_id="evolution_jobs_discard", request=None,
-                   responses={200: JobOutputSerializer, 409: CONFLICT})
+    @extend_schema(operation_id="evolution_jobs_discard", request=None, responses={403: PERSON_REQUIRED})
     def post(self, request: Request, job_id: int) -> Response:
-        project = self.project(request)
-        job = evolution_job_get(project=project, job_id=job_id)
-        evolution_job_reject(job=job, **request_actor(request))
-        return Response(JobOutputSerializer(evolution_job_get(project=project, job_id=job.pk)).data)
+        raise person_required(action="discard a job's candidate", page="the job's page (Evolution → Jobs)")
 
 
 class JobMergedApi(ProjectApi):

@@ -1,4 +1,5 @@
-"""/api/v1/evolution/targets/: register, list, change and remove targets; a hot-swap target's releases and rollback."""
+"""/api/v1/evolution/targets/: register, list, change and remove targets; a hot-swap target's releases and its
+rollbacks (asking for one answers every key 403: a person rolls back, in the web UI)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from rest_framework.response import Response
 from clear.api.base import ProjectApi
 from clear.api.fields import json_storable
 from clear.api.pagination import PAGINATION_PARAMETERS, page_body, paginate, paginated
-from evolution.apis.common import body_valid, request_actor, request_actor_name
+from evolution.apis.common import PERSON_REQUIRED, body_valid, person_required, request_actor
 from evolution.selectors import (
     evolution_rollback_get,
     evolution_target_by_id,
@@ -22,20 +23,21 @@ from evolution.serializers import TargetOutputSerializer
 from evolution.services import evolution_target_update
 from evolution.services.api_actions import evolution_target_delete, evolution_target_register
 from evolution.services.confinement import MAX_SOURCE_BYTES
-from evolution.services.rollbacks import release_rollback_request
 
 
 SOURCE_HELP = ("a git URL (https://, ssh:// or user@host:path), or an absolute path under one of the directories the "
                "operator lists in CLEAR_EVOLUTION_SOURCE_ROOTS (not Clear's own, not another project's repository)")
-CONFIG_HELP = ("the evolution config; hot_swap and scripted_fixtures are the operator's (manage.py evolution_target): "
-               "refused here, and kept as they are when a change leaves them out")
+CONFIG_HELP = ("the evolution config. Its commands (install, test, trial, grader, suite, health), sandbox_levels, "
+               "hot_swap and scripted_fixtures are the operator's (manage.py evolution_target): a value other than "
+               "the stored one is refused here (400 naming config.<field>); left out, they are kept")
 
 
 class TargetInputSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=200)
     source = serializers.CharField(max_length=MAX_SOURCE_BYTES, help_text=SOURCE_HELP)
     config = serializers.JSONField(required=False, allow_null=True, default=None, validators=[json_storable],
-                                   help_text=f"{CONFIG_HELP}; omitted: the repository's evolution.json")
+                                   help_text=f"{CONFIG_HELP}. On create the commands and sandbox_levels are the "
+                                             "repository's evolution.json's; omitted: that whole file")
     default_branch = serializers.CharField(max_length=200, required=False, default="", allow_blank=True)
     push_url = serializers.CharField(max_length=MAX_SOURCE_BYTES, required=False, default="", allow_blank=True,
                                      help_text="where PR branches are pushed (default: the source); confined like "
@@ -56,9 +58,11 @@ class TargetListApi(ProjectApi):
 
 
 class TargetCreateApi(ProjectApi):
-    """Register a target. Its config is validated: 400 evolution_config_invalid with `extra.fields` naming every
-    bad field (e.g. `trial_command`, `diff_budget.max_files`, `source`, `config.hot_swap`); 409 target_exists for a
-    taken name."""
+    """Register a target. Its commands and sandbox levels come from the repository's own evolution.json (read at
+    `default_branch`) and run only in the sandbox; a config given here may repeat them, not change them. Its config
+    is validated: 400 evolution_config_invalid with `extra.fields` naming every bad field (e.g.
+    `diff_budget.max_files`, `source`, `config.trial_command`, `config.hot_swap`); 409 target_exists for a taken
+    name."""
 
     @extend_schema(operation_id="evolution_targets_create", request=TargetInputSerializer,
                    responses={201: TargetOutputSerializer, 409: OpenApiResponse(description="the name is taken")})
@@ -80,7 +84,8 @@ class TargetDetailApi(ProjectApi):
 
 class TargetUpdateApi(ProjectApi):
     """Change a target's config, source, default branch or push URL (validated and confined as on create); 400
-    target_busy while it has an active job. A config without hot_swap or scripted_fixtures keeps the operator's."""
+    target_busy while it has an active job. The commands, sandbox_levels, hot_swap and scripted_fixtures stay as
+    stored: left out, kept; sent back unchanged, fine; changed, 400 naming `config.<field>`."""
 
     class InputSerializer(serializers.Serializer):
         source = serializers.CharField(max_length=MAX_SOURCE_BYTES, required=False, help_text=SOURCE_HELP)
@@ -159,25 +164,14 @@ class RollbackOutputSerializer(serializers.Serializer):
 
 
 class TargetRollbackApi(ProjectApi):
-    """Roll a hot-swap target back to `to_release` (default: the most recent healthy release before the current
-    one). A worker swaps, reloads the agent and re-probes its health (up to the target's hot_swap.health window);
-    the answer is at once, 202 with the rollback to follow on GET .../rollbacks/{id}/. 409 while a job is deploying
-    to the target or another rollback of it is queued or running."""
+    """Rolling a hot-swap target back takes its live release down: a person does it, logged in as an owner of the
+    project, on Evolution → Releases in the web UI (a worker swaps, reloads the agent and re-probes its health; follow
+    it on GET .../rollbacks/{rollback_id}/). Every project key gets 403 person_required, before the target is looked
+    up."""
 
-    class InputSerializer(serializers.Serializer):
-        to_release = serializers.CharField(required=False, default="", allow_blank=True, max_length=200)
-
-    @extend_schema(operation_id="evolution_targets_rollback", request=InputSerializer,
-                   responses={202: RollbackOutputSerializer,
-                              409: OpenApiResponse(description="a job is deploying, or a rollback is running")})
+    @extend_schema(operation_id="evolution_targets_rollback", request=None, responses={403: PERSON_REQUIRED})
     def post(self, request: Request, target_id: int) -> Response:
-        target = evolution_target_by_id(project=self.project(request), target_id=target_id)
-        values = body_valid(self.InputSerializer, request)
-        rollback = release_rollback_request(target=target, to_release=values["to_release"],
-                                            user=request_actor(request).get("user"),
-                                            actor=request_actor_name(request))
-        return Response(RollbackOutputSerializer(rollback_status_data(rollback)).data,
-                        status=status.HTTP_202_ACCEPTED)
+        raise person_required(action="roll a target back", page="its release history (Evolution → Releases)")
 
 
 class TargetRollbackDetailApi(ProjectApi):

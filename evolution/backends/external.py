@@ -16,6 +16,7 @@ writes). The prompt file, stdout and stderr are kept in log_dir; the role's JSON
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -30,6 +31,7 @@ from clear.llm import price_per_token
 from evolution.errors import BackendError, SandboxUnavailable
 from evolution.sandbox import Limits, sandbox_runner_get
 from evolution.sandbox.egress import EgressProxy, egress_from_url
+from evolution.sandbox.files import owner_limits
 from evolution.sandbox.types import sandbox_base_env
 
 from .base import Access, CodingBackend, Preflight, RoleRequest, RoleResult
@@ -194,6 +196,8 @@ class ExternalCommandBackend(CodingBackend):
             runner = sandbox_runner_get(level=self.sandbox_level)
         except SandboxUnavailable as error:
             return fail(error.message)
+        # What the CLI leaves in its scratch dir is read only if this run's user wrote it.
+        invocation = dataclasses.replace(invocation, scratch_writers=frozenset(owner_limits(level=runner.level)))
         ro_paths = [request.log_dir, Path(executable).resolve().parent, Path(executable).parent,
                     *request.extra_ro_dirs, *([request.workdir] if read_only else [])]
         wall = min(request.timeout_s, self.timeout) if self.timeout else request.timeout_s

@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from evolution.sandbox.files import owner_limits, written_file_read
+
 SKIPPED_DIRS = frozenset({".git", "__pycache__", "node_modules", ".venv", "venv", ".mypy_cache", ".pytest_cache",
                           ".tox", ".ruff_cache", "dist", "build", ".idea", ".vscode"})
 ARTIFACT_SUFFIXES = frozenset({".json", ".md", ".txt", ".jsonl", ".diff", ".patch"})
@@ -114,22 +116,27 @@ def repo_context_build(*, workdir: Path, user_input: str, extra_ro_dirs: tuple[P
     named = mentioned_paths(texts=[user_input, *artifact_texts(dirs=extra_ro_dirs)], listing=listing)
     candidates = named + related_paths(text=user_input, listing=listing, exclude=named)
     total = 0
+    # Git checked the worktree out, but earlier runs in the sandbox wrote there too: nothing is followed as a link.
+    owners = owner_limits(max_bytes=max_file_bytes)
     for path in candidates:
         if len(context.files) >= max_files:
             if path in named:
                 context.omitted.append(f"{path}: over the limit of {max_files} files")
             continue
-        size = (workdir / path).stat().st_size
-        if size > max_file_bytes:
-            if path in named:
-                context.omitted.append(f"{path}: {size} bytes, over the {max_file_bytes}-byte file limit")
+        written = written_file_read(folder=workdir, relative=path, owners=owners)
+        if written is None or written.data is None:
+            if written is not None and path in named:
+                context.omitted.append(
+                    f"{path}: {written.size} bytes, over the {max_file_bytes}-byte file limit"
+                    if written.size > max_file_bytes else f"{path}: not read ({written.skipped})")
             continue
+        size = len(written.data)
         if total + size > max_total_bytes:
             if path in named:
                 context.omitted.append(f"{path}: the prompt's {max_total_bytes}-byte budget is used up")
             continue
         try:
-            text = (workdir / path).read_text(encoding="utf-8")
+            text = written.data.decode("utf-8")
         except UnicodeDecodeError:
             continue
         context.files.append((path, text))

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from evolution.sandbox.files import owner_limits, written_file_read
+
 EDIT_SCHEMA = {
     "type": "object",
     "required": ["path", "search", "replace"],
@@ -49,6 +51,7 @@ class PlannedWrite:
     relative: str
     content: str
     created: bool
+    original: str | None = None  # the text edits_plan read (None for a new file): what a failed batch restores
 
 
 def edits_parse(*, value: Any) -> tuple[list[SearchReplaceEdit], list[str]]:
@@ -93,6 +96,7 @@ def edits_plan(*, workdir: Path, edits: list[SearchReplaceEdit], max_file_bytes:
                max_files: int) -> tuple[list[PlannedWrite], list[str]]:
     """Validate every edit and compute the final content of every touched file, without writing anything."""
     contents: dict[Path, str] = {}
+    originals: dict[Path, str] = {}
     relatives: dict[Path, str] = {}
     created: set[Path] = set()
     problems: list[str] = []
@@ -103,16 +107,15 @@ def edits_plan(*, workdir: Path, edits: list[SearchReplaceEdit], max_file_bytes:
             problems.append(f"{label}: {problem}")
             continue
         if target not in contents:
-            if target.exists():
-                if not target.is_file():
-                    problems.append(f"{label}: not a regular file")
-                    continue
-                size = target.stat().st_size
-                if size > max_file_bytes:
-                    problems.append(f"{label}: the file has {size} bytes, over the {max_file_bytes}-byte limit")
+            written = written_file_read(folder=target.parent, relative=target.name,
+                                        owners=owner_limits(max_bytes=max_file_bytes))
+            if written is not None:
+                if written.data is None:
+                    problems.append(f"{label}: the file has {written.size} bytes, over the {max_file_bytes}-byte "
+                                    "limit" if written.size > max_file_bytes else f"{label}: {written.skipped}")
                     continue
                 try:
-                    contents[target] = target.read_text(encoding="utf-8")
+                    contents[target] = originals[target] = written.data.decode("utf-8")
                 except UnicodeDecodeError:
                     problems.append(f"{label}: not a UTF-8 text file")
                     continue
@@ -147,7 +150,7 @@ def edits_plan(*, workdir: Path, edits: list[SearchReplaceEdit], max_file_bytes:
     if problems:
         return [], problems
     writes = [PlannedWrite(target=target, relative=relatives[target], content=contents[target],
-                           created=target in created) for target in contents]
+                           created=target in created, original=originals.get(target)) for target in contents]
     return writes, []
 
 
@@ -171,7 +174,7 @@ def edits_apply(*, writes: list[PlannedWrite]) -> list[str]:
     done: list[tuple[PlannedWrite, str | None]] = []
     try:
         for write in writes:
-            original = None if write.created else write.target.read_text(encoding="utf-8")
+            original = None if write.created else write.original
             _write_atomic(write.target, write.content)
             done.append((write, original))
     except BaseException:

@@ -17,12 +17,14 @@ from typing import Any
 
 from evolution.backends.base import Access, CodingBackend, Preflight, Role, RoleRequest, RoleResult
 from evolution.errors import BackendCrashed, BackendError, GitError
+from evolution.sandbox.files import owner_limits, written_file_read
 
 ANY = "*"
 SLEEP_STEP_S = 0.05
 EXIT_TIMED_OUT = 124
 EXIT_CANCELLED = 130
 VIOLATION_FILE = "SCRIPTED_VIOLATION.txt"
+SCRIPTED_FILE_MAX_BYTES = 16 * 1024 * 1024  # a file a "replace" edit may change
 _ENTRY_KEYS = {"role", "iteration", "round", "output", "raw_output", "edits", "sleep_s", "exit_code",
                "violate_readonly", "crash", "tokens_in", "tokens_out", "cost_usd"}
 _ROLES = ", ".join(role.value for role in Role)
@@ -230,10 +232,13 @@ class ScriptedBackend(CodingBackend):
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_text(edit["write"], encoding="utf-8")
                 continue
-            try:
-                text = path.read_text(encoding="utf-8")
-            except OSError as exc:
-                raise _EditFailed(f"edit {number}: cannot read {edit['path']}: {exc.strerror}") from exc
+            # Sandboxed runs wrote to this worktree before: the file is read without following a link.
+            written = written_file_read(folder=path.parent, relative=path.name,
+                                        owners=owner_limits(max_bytes=SCRIPTED_FILE_MAX_BYTES))
+            if written is None or written.data is None:
+                reason = written.skipped if written is not None else "No such file or directory"
+                raise _EditFailed(f"edit {number}: cannot read {edit['path']}: {reason}")
+            text = written.data.decode("utf-8")
             old, new = edit["replace"]["old"], edit["replace"]["new"]
             count = text.count(old)
             if count != 1:

@@ -1,6 +1,7 @@
 """What the REST API and the pages do on top of the orchestrator's services (evolution/services/jobs.py, targets.py):
-the promotion mode of a new job, approvals and discards made with an API key, and a target whose repository cannot
-be read reported as a bad `source` (the client's mistake) rather than a server error."""
+the promotion mode of a new job, starting a job again from the live release, and a target whose repository cannot
+be read reported as a bad `source` (the client's mistake) rather than a server error. Approving and discarding are
+a person's (evolution_job_consent, evolution_job_discard): no project key reaches them (evolution/apis/jobs.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from evolution.errors import EvolutionConfigInvalid, GitError
 from evolution.models import EvolutionJob, EvolutionTarget, JobState
 from evolution.services.confinement import git_error_reason, script_path_check
 from evolution.services.jobs import (
-    _target_idle_check, audit, evolution_job_consent, evolution_job_discard, evolution_job_start, job_backend_preflight,
+    _target_idle_check, audit, evolution_job_discard, evolution_job_start, job_backend_preflight,
 )
 from evolution.services.targets import evolution_target_add
 
@@ -23,15 +24,12 @@ if TYPE_CHECKING:
 MODES = ("pr", "hot_swap")
 
 
-class ApproverMissingError(ClearError):
-    code = "approver_missing"
-
-
 def evolution_target_register(*, project, name: str, source: str, config: dict | None = None,
                               default_branch: str = "", push_url: str = "", created_by=None) -> EvolutionTarget:
-    """Add a target for an API or web user, confined (services/confinement.py); without `config`, the repository's
-    own evolution.json is read (a repository that cannot be cloned or has no such file is a 400 naming `source` or
-    `config`, git's own words left out)."""
+    """Add a target for an API or web user, confined (services/confinement.py). The repository's own evolution.json
+    is read either way: without `config` it is the config, with one it gives the commands and sandbox levels, which
+    `config` may repeat but not change (a repository that cannot be cloned or has no such file is a 400 naming
+    `source` or `config`, git's own words left out)."""
     try:
         return evolution_target_add(project=project, name=name, source=source, config=config,
                                     default_branch=default_branch, push_url=push_url, created_by=created_by,
@@ -141,38 +139,6 @@ def evolution_job_restart(*, job: EvolutionJob, user) -> EvolutionJob:
             created_by=user, confirm=True, preflight=preflight)
         audit(job=new, actor=f"user:{user.pk}", event="restarted_from", data={"job": job.pk})
     return new
-
-
-def _person(*, user, api_key, action: str):
-    """A person approves or discards: the logged-in user, or the owner of the API key used."""
-    if api_key is None:
-        return user
-    if api_key.created_by is None:
-        raise ApproverMissingError(f"This API key has no owner to record as the one who decided to {action}; use a "
-                                   "key created by a person, or the job's page")
-    return api_key.created_by
-
-
-def evolution_job_approve(*, job: EvolutionJob, patch_sha256: str, user=None, api_key=None) -> EvolutionJob:
-    """Consent to promote the best candidate; `patch_sha256` is the hash of the diff the approver saw (a mismatch
-    is a 409 patch_changed from the orchestrator)."""
-    person = _person(user=user, api_key=api_key, action="approve")
-    with transaction.atomic():
-        job = evolution_job_consent(job=job, user=person, patch_sha256=patch_sha256)
-        if api_key is not None:
-            audit(job=job, actor=f"api_key:{api_key.pk}", event="consent_via_api_key",
-                  data={"user": person.pk, "patch_sha256": patch_sha256})
-    return job
-
-
-def evolution_job_reject(*, job: EvolutionJob, user=None, api_key=None) -> EvolutionJob:
-    """Discard the candidate of a job awaiting consent (it ends CANCELLED, reason discarded)."""
-    person = _person(user=user, api_key=api_key, action="discard")
-    with transaction.atomic():
-        job = evolution_job_discard(job=job, user=person)
-        if api_key is not None:
-            audit(job=job, actor=f"api_key:{api_key.pk}", event="discard_via_api_key", data={"user": person.pk})
-    return job
 
 
 def evolution_target_delete(*, target: EvolutionTarget) -> None:

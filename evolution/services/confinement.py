@@ -3,9 +3,11 @@
 The worker reads a target's source with its own rights and keeps every project's mirror side by side, so a source
 given through the API or the web UI is a remote git URL (https://, ssh://, user@host:path) or a directory under one
 the operator opened for it (CLEAR_EVOLUTION_SOURCE_ROOTS), never Clear's own files nor another project's repository.
-The config sections that make the server run commands or read files outside any sandbox (`hot_swap`,
-`scripted_fixtures`) are the operator's, like the script files a scripted job reads. `manage.py evolution_target`
-and `manage.py evolution_job` stay unrestricted: whoever runs them already has the server.
+What a target runs or reads is the operator's (issue 37): its commands and sandbox levels, its `hot_swap` section (run
+on the host) and its `scripted_fixtures` (files on the host), like the script files a scripted job reads. Through the
+API and the web UI they come from what is stored, or, for a new target, from the repository's own evolution.json,
+whose commands run only in the sandbox (its hot_swap and scripted_fixtures are refused). `manage.py
+evolution_target` and `manage.py evolution_job` stay unrestricted: whoever runs them already has the server.
 
 A refusal names the field and what to change; it never echoes a resolved path, a git command or a temp directory,
 which would tell a client about the server's disk.
@@ -24,7 +26,9 @@ from evolution.errors import EvolutionConfigInvalid, GitError
 
 MAX_SOURCE_BYTES = 4096  # PATH_MAX: past it the OS answers ENAMETOOLONG
 MAX_COMPONENT_BYTES = 255  # NAME_MAX
-OPERATOR_FIELDS = ("hot_swap", "scripted_fixtures")
+OPERATOR_FIELDS = ("install_command", "test_command", "trial_command", "grader_command", "suite_command",
+                   "health_command", "sandbox_levels", "hot_swap", "scripted_fixtures")
+HOST_FIELDS = ("hot_swap", "scripted_fixtures")  # they act outside the sandbox: never from a repository either
 REMOTE_SCHEMES = ("https", "ssh")
 OPERATOR_COMMAND = "manage.py evolution_target add/update"
 # git's scp-like syntax: no slash before the colon (git would take it for a local path), a host that cannot be read as
@@ -150,30 +154,81 @@ def source_confined(*, source: str, project, field: str = "source") -> str:
     return _local_check(source, project=project, field=field)
 
 
-def operator_sections_keep(*, config: dict, stored: dict | None, from_repository: bool = False) -> dict:
-    """`config` with the operator-only sections of `stored` (the target's saved config) in place of its own. A
-    section the client leaves out (or sends as null) is kept as the operator set it; one it sends must be what is
-    stored (the edit form sends the whole config back), anything else is refused."""
-    from evolution.config import target_config_validate
+def repository_config_confine(*, config: dict) -> dict:
+    """A repository's own evolution.json, read for an API or web user: its commands and sandbox levels are taken (they
+    run only in the sandbox, at the levels the server allows), its hot_swap and scripted_fixtures refused."""
+    refused = {f"config.{key}": "the repository's evolution.json sets it; only the operator can set this: "
+                                f"{OPERATOR_COMMAND} --config FILE. Leave it out"
+               for key in HOST_FIELDS if config.get(key) is not None}
+    if refused:
+        raise _refused_all(refused)
+    return {key: value for key, value in config.items() if key not in HOST_FIELDS}
 
+
+def operator_fields_keep(*, config: dict, stored: dict | None, from_repository: bool = False) -> dict:
+    """`config` with the operator's fields (OPERATOR_FIELDS) of `stored` in place of its own: the target's saved
+    config, or for a new target the repository's evolution.json (`from_repository`). A field the client leaves out
+    (or sends as null) is kept as stored; one it sends must be what is stored (the edit form sends the whole config
+    back); anything else is refused, every such field named."""
     stored = stored or {}
     merged = {key: value for key, value in config.items() if key not in OPERATOR_FIELDS}
     merged.update({key: stored[key] for key in OPERATOR_FIELDS if key in stored})
+    refused = {}
     for key in OPERATOR_FIELDS:
-        if config.get(key) is None or config[key] == stored.get(key):
+        if config.get(key) is None or _same_value(key, config[key], stored.get(key)):
             continue
-        same = False
-        if key in stored:  # the same section spelled without its defaults
-            try:
-                same = target_config_validate({**merged, key: config[key]}).model_dump(exclude_none=True)[key] \
-                    == stored[key]
-            except EvolutionConfigInvalid:
-                same = False
-        if not same:
-            where = "the repository's evolution.json sets it; " if from_repository else ""
-            raise _refuse(f"config.{key}", f"{where}only the operator can set this: {OPERATOR_COMMAND} "
-                                           "--config FILE. Leave it out")
+        if from_repository and key not in HOST_FIELDS:
+            problem = (f"it comes from the repository's evolution.json; only the operator can set another value: "
+                       f"{OPERATOR_COMMAND} --config FILE. Leave it out")
+        else:
+            problem = f"only the operator can set this: {OPERATOR_COMMAND} --config FILE. Leave it out"
+        refused[f"config.{key}"] = problem
+    if refused:
+        # Every bad field at once: the rest of the config is checked too, with the stored values in place.
+        from evolution.config import target_config_validate
+
+        try:
+            target_config_validate(merged)
+        except EvolutionConfigInvalid as exc:
+            refused.update(exc.extra.get("fields") or {})
+        raise _refused_all(refused)
     return merged
+
+
+def _refused_all(fields: dict[str, str]) -> EvolutionConfigInvalid:
+    return EvolutionConfigInvalid("; ".join(f"{field}: {problem}" for field, problem in fields.items()),
+                                  extra={"fields": fields})
+
+
+_UNLIKE = object()  # what a value that does not validate stands for: equal to nothing
+# The least config that validates: each operator field is checked on its own against it.
+_PROBE_CONFIG = {"editable_paths": ["**"], "trial_command": "{task_id} {out}", "grader_command": "{out}"}
+
+
+def _same_value(key: str, sent, stored) -> bool:
+    """Whether `sent` means what `stored` does: the same section spelled with or without its defaults, or sandbox
+    levels that come to the same once the levels below the server's minimum are dropped (a stored list was confined
+    that way when the target was registered)."""
+    if sent == stored:
+        return True
+    sent, stored = _normalized(key, sent), _normalized(key, stored)
+    if key == "sandbox_levels" and sent is not _UNLIKE and stored is not _UNLIKE:
+        from evolution.sandbox import sandbox_levels_allowed
+
+        sent, stored = sandbox_levels_allowed(levels=sent), sandbox_levels_allowed(levels=stored)
+    return sent is not _UNLIKE and sent == stored
+
+
+def _normalized(key: str, value):
+    from evolution.config import target_config_validate
+
+    if value is None and key in _PROBE_CONFIG:
+        return None  # a required field left out has no default
+    probe = dict(_PROBE_CONFIG) if value is None else {**_PROBE_CONFIG, key: value}
+    try:
+        return target_config_validate(probe).model_dump(exclude_none=True).get(key)
+    except EvolutionConfigInvalid:
+        return _UNLIKE
 
 
 def git_error_reason(exc: GitError) -> str:

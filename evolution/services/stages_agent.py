@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import hashlib
+import os
 
 from django.utils import timezone
 
 from evolution import git
 from evolution.backends import Role
 from evolution.models import Artifact, EvolutionJob, JobState, StageRun, TaskSpec, TrialRun
+from evolution.sandbox.files import owner_limits, written_tree_read
 from evolution.services.gates import Gate, failed_tests, gate_tests, gates_report, gates_static
 from evolution.services.loop import code_round_failed, feedback_for, iteration_current, iteration_failed
 from evolution.services.roles import code_review_decision, data_block, role_run
@@ -17,6 +19,9 @@ from evolution.services.trials import StopRequested, command_run, job_is_stoppin
 from evolution.services.workspace import StopGuard, artifact_json, artifact_store, job_paths, worktree_at
 
 S = JobState
+# A CLI's stream-json stdout runs to tens of megabytes (evolution/backends/external.py caps it at 20 M characters).
+LOG_MAX_BYTES = 96 * 1024 * 1024
+LOG_MAX_FILES = 200
 
 
 def _latest(*, job: EvolutionJob, kind: str, iteration_n: int | None = None) -> dict | None:
@@ -64,10 +69,13 @@ def _run(job, stage_run, role, iteration, round_, user_input):
         stage_run.status, stage_run.finished_at = StageRun.Status.FAILED, timezone.now()
     stage_run.save()
     log_dir = paths.logs / f"{iteration.n}-{role}-{round_}"
-    for path in sorted(p for p in log_dir.rglob("*") if p.is_file()):  # transcripts and prompts outlive the job dir
+    # Transcripts and prompts outlive the job dir. The backend's CLI wrote its scratch dir in there as the sandbox
+    # user: read like a trial's {out} (evolution/sandbox/files.py); the backend's own logs may be larger.
+    owners = {**owner_limits(), os.geteuid(): LOG_MAX_BYTES}
+    for written in written_tree_read(folder=log_dir, owners=owners, max_files=LOG_MAX_FILES):
+        content = written.data if written.data is not None else f"skipped: {written.skipped}"
         artifact_store(job=job, iteration=iteration, stage_run=stage_run, kind="log",
-                       name=f"{role}-{round_}/{path.relative_to(log_dir)}", content=path.read_bytes(),
-                       mime="text/plain")
+                       name=f"{role}-{round_}/{written.path}", content=content, mime="text/plain")
     if outcome.problem == "ROLE_VIOLATED_READONLY":
         worktree_at(job=job, commit=iteration.candidate_commit or iteration.base_commit)
         finish(job=job, to_state=S.FAILED, reason="role_violated_readonly", error=outcome.detail)

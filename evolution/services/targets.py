@@ -17,7 +17,8 @@ from evolution.config import target_config_validate
 from evolution.errors import EvolutionConfigInvalid, EvolutionError, GitError
 from evolution.models import TERMINAL_STATES, EvolutionTarget
 from evolution.services.confinement import (
-    git_error_reason, operator_sections_keep, source_confined, source_shape_check,
+    HOST_FIELDS, OPERATOR_FIELDS, git_error_reason, operator_fields_keep, repository_config_confine, source_confined,
+    source_shape_check,
 )
 
 logger = logging.getLogger(__name__)
@@ -48,9 +49,9 @@ def _source_check(source: str, *, project, operator: bool) -> str:
 
 def _repo_config_read_confined(*, source: str, ref: str) -> dict:
     """repo_config_read for an API or web user: git's failure said in a few words (its message holds the command,
-    the server's paths and its temp dir), the repository's operator-only sections refused."""
+    the server's paths and its temp dir)."""
     try:
-        config = repo_config_read(source=source, ref=ref)
+        return repo_config_read(source=source, ref=ref)
     except GitError as exc:
         reason = git_error_reason(exc)
         if "is not a commit" in exc.message:
@@ -64,7 +65,19 @@ def _repo_config_read_confined(*, source: str, ref: str) -> dict:
         problem = "its files could not be unpacked (a link leaving the repository, or a special file)"
         raise EvolutionConfigInvalid(f"source: could not read the repository's evolution.json ({problem})",
                                      extra={"fields": {"source": problem}}) from None
-    return operator_sections_keep(config=config, stored=None, from_repository=True)
+
+
+def _config_confined(*, config: dict | None, source: str, ref: str):
+    """A new target's config for an API or web user. Its commands and sandbox levels are the repository's own
+    (they run only in the sandbox): read from its evolution.json, which an explicit `config` may repeat but not
+    change; hot_swap and scripted_fixtures are the operator's alone."""
+    repository = _repo_config_read_confined(source=source, ref=ref)
+    if config is None:
+        return repository_config_confine(config=repository)
+    if not isinstance(config, dict):
+        return config  # target_config_validate says what it must be
+    commands = {key: repository[key] for key in OPERATOR_FIELDS if key not in HOST_FIELDS and key in repository}
+    return operator_fields_keep(config=config, stored=commands, from_repository=True)
 
 
 def repo_config_read(*, source: str, ref: str = "") -> dict:
@@ -105,17 +118,16 @@ def _push_url_check(push_url: str, *, project, operator: bool) -> str:
 def evolution_target_add(*, project, name: str, source: str, config: dict | None = None, default_branch: str = "",
                          push_url: str = "", created_by=None, operator: bool = False) -> EvolutionTarget:
     """Register a target. `operator` (manage.py evolution_target only) lifts the confinement of
-    services/confinement.py: any local path, the hot_swap and scripted_fixtures sections."""
+    services/confinement.py: any local path, any config (commands, sandbox levels, hot_swap, scripted_fixtures)."""
     name = name.strip()
     if not name:
         raise EvolutionConfigInvalid("name: required", extra={"fields": {"name": "required"}})
     source = _source_check(source, project=project, operator=operator)
     push_url = _push_url_check(push_url, project=project, operator=operator)
-    if config is None:
-        config = (repo_config_read(source=source, ref=default_branch) if operator
-                  else _repo_config_read_confined(source=source, ref=default_branch))
-    elif not operator:
-        config = operator_sections_keep(config=config, stored=None) if isinstance(config, dict) else config
+    if not operator:
+        config = _config_confined(config=config, source=source, ref=default_branch)
+    elif config is None:
+        config = repo_config_read(source=source, ref=default_branch)
     validated = target_config_validate(config)
     if not operator:
         _levels_confine(validated)
@@ -159,19 +171,18 @@ def _release_zero(target: EvolutionTarget) -> None:
 def evolution_target_update(*, target: EvolutionTarget, config: dict | None = None, source: str | None = None,
                             push_url: str | None = None, default_branch: str | None = None,
                             operator: bool = False) -> EvolutionTarget:
-    """Change a target, checked as on add. Without `operator`, the config's hot_swap and scripted_fixtures stay as
-    the operator set them (left out: kept; sent unchanged: fine; changed: refused), and the source of a hot-swap
-    target stays where the operator put it (its releases run on the host)."""
+    """Change a target, checked as on add. Without `operator`, the config's commands, sandbox levels, hot_swap and
+    scripted_fixtures stay as stored (left out: kept; sent unchanged: fine; changed: refused), and the source of a
+    hot-swap target stays where the operator put it (its releases run on the host)."""
     if target.jobs.exclude(state__in=TERMINAL_STATES).exists():
         raise EvolutionError(f"Target {target.name!r} has an active job; change it when the job has ended",
                              code="target_busy")
     if config is not None:
         if not operator and isinstance(config, dict):
-            config = operator_sections_keep(config=config, stored=target.config)
-        validated = target_config_validate(config)
-        if not operator:
-            _levels_confine(validated)
-        target.config = validated.model_dump(exclude_none=True)
+            config = operator_fields_keep(config=config, stored=target.config)
+        # The sandbox levels are the stored ones: not confined again, so an operator's list below the minimum does not
+        # block other changes (its jobs end before anything runs, stages_eval).
+        target.config = target_config_validate(config).model_dump(exclude_none=True)
     # The edit form sends the source and push URL back as they are: what is unchanged is not checked again (the
     # operator may have put it outside the source roots).
     if source is not None and source.strip() != target.source:

@@ -11,6 +11,7 @@ from evolution.config import command_render
 from evolution.errors import EvolutionError
 from evolution.models import TERMINAL_STATES, EvolutionJob, Iteration, JobState, TaskSpec, TrialRun
 from evolution.sandbox import Limits, ProcResult, sandbox_runner_get
+from evolution.sandbox.files import owner_limits, written_tree_read
 from evolution.services.workspace import artifact_store, job_paths, worktree_at
 
 
@@ -168,7 +169,7 @@ def trials_run(*, job: EvolutionJob, arm: str, commit: str, tasks: list[TaskSpec
                                  name=f"{arm}-{task.task_id}-{trial_n}.json",
                                  content={"stdout": proc.stdout[-20000:], "stderr": proc.stderr[-20000:],
                                           "exit_code": proc.exit_code, "timed_out": proc.timed_out,
-                                          "files": _out_files(out)})
+                                          "files": _out_files(out=out, level=proc.isolation_level)})
             runs.append(TrialRun.objects.create(
                 job=job, iteration=iteration, iteration_n=iteration_n, task=task, arm=arm, trial_n=trial_n, seed=seed,
                 score=score, passed=passed, duration_s=proc.duration_s, exit_code=proc.exit_code,
@@ -178,12 +179,11 @@ def trials_run(*, job: EvolutionJob, arm: str, commit: str, tasks: list[TaskSpec
     return runs
 
 
-def _out_files(out: Path) -> dict[str, str]:
-    files = {}
-    for path in sorted(out.rglob("*"))[:20]:
-        if path.is_file():
-            files[str(path.relative_to(out))] = path.read_text(errors="replace")[:20000]
-    return files
+def _out_files(*, out: Path, level: str) -> dict[str, str]:
+    """What the trial left in {out}, for its trace. The run chose every name there: links, FIFOs and huge files are
+    listed with the reason they were not read (evolution/sandbox/files.py), never read with the worker's rights."""
+    return {written.path: written.text(max_chars=20000)
+            for written in written_tree_read(folder=out, owners=owner_limits(level=level))}
 
 
 def job_is_stopping(*, job_id: int) -> bool:

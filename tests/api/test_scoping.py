@@ -60,8 +60,11 @@ BODIES = {
     ("POST", "/api/v1/insights/{insight_id}/merge/"): {"into": 1},
     ("POST", "/api/v1/insights/{insight_id}/split/"): {"statement_ids": [1]},
     ("PATCH", "/api/v1/evolution/targets/{target_id}/"): {"push_url": "/tmp/elsewhere.git"},
-    ("POST", "/api/v1/evolution/jobs/{job_id}/approve/"): {"patch_sha256": "0" * 64},
 }
+# A person's decisions (issue 37): every key gets 403 before anything is looked up, another project's id included.
+PERSON_ONLY = {("POST", "/api/v1/evolution/jobs/{job_id}/approve/"),
+               ("POST", "/api/v1/evolution/jobs/{job_id}/discard/"),
+               ("POST", "/api/v1/evolution/targets/{target_id}/rollback/")}
 # Query parameters of operations that name objects in their query (a project's own objects).
 QUERY_OBJECTS = {
     "/api/v1/compare/": lambda data: {"base_run": str(data.run.id), "head_run": str(data.run.id)},
@@ -144,7 +147,9 @@ def test_every_api_route_is_in_the_schema():
 @pytest.mark.parametrize("method, path", [op for op in OPERATIONS if _params(op[1])])
 def test_another_projects_object_is_not_found(method, path, mine, theirs):
     response = _call(mine.client(), method, _url(path, theirs), BODIES.get((method, path)))
-    _assert_error_body(response, 404)
+    person_only = (method, path) in PERSON_ONLY
+    body = _assert_error_body(response, 403 if person_only else 404)
+    assert body["code"] == "person_required" or not person_only, body
     # Nothing of theirs changed.
     assert Trace.objects.filter(pk=theirs.trace.pk, outcome=None).exists()
     assert DiagnosisRun.objects.get(pk=theirs.run.pk).status == DiagnosisRun.Status.SUCCEEDED

@@ -87,3 +87,8 @@ def prompts(job) -> list[dict]:
         text = artifact_read(artifact=artifact).decode()
         lines += [json.loads(line) for line in text.splitlines() if line.strip()]
     return lines
+
+
+# A marker in a file only root may read (the `secret_file` fixture): found in anything a key holder can
+# download, it proves a read with the worker's rights.
+SECRET = "ROOT-ONLY-SECRET-7d1f"

@@ -1,6 +1,7 @@
 """The evolution REST API (/api/v1/evolution/): targets CRUD with every bad config field named, jobs created for an
 insight or a ticket, listed with filters, followed through a real pipeline run (scripted backend, fixture router
-repository, sandbox, eager Celery) to its verdict, approved by the patch hash the client saw, cancelled, discarded."""
+repository, sandbox, eager Celery) to its verdict, cancelled; approve, discard and rollback answer every key 403 (an
+owner decides in the web UI, by the patch hash seen)."""
 
 import hashlib
 import json
@@ -13,6 +14,7 @@ from diagnosis.tickets.models import Ticket
 from evolution.models import AuditEvent, EvolutionJob
 from tests.evolution.fixture_repo import CONFIG, FIXED_BRANCH, replace_edit
 from tests.evolution.support import happy_entries, script_write
+from tests.frontend.conftest import client_for
 
 pytestmark = pytest.mark.django_db
 
@@ -42,19 +44,31 @@ def _job_body(target, insight, script, **extra):
             "backend_config": {"script": json.loads(script.read_text())}, "depth": "shallow", **extra}
 
 
-def test_a_bad_target_config_is_a_400_naming_every_bad_field(api, router_remote):
-    config = {**CONFIG, "trial_command": "python -m router --out {out}", "diff_budget": {"max_files": 0},
-              "sandbox_levels": ["chroot"], "colour": "blue"}
+def test_a_bad_target_config_is_a_400_naming_every_bad_field(api, router_remote, project):
+    from evolution.errors import EvolutionConfigInvalid
+    from evolution.services import evolution_target_add
+
+    config = {**CONFIG, "diff_budget": {"max_files": 0}, "colour": "blue"}
     response = api.post(TARGETS, {"name": "router", "source": str(router_remote), "config": config}, format="json")
     assert response.status_code == 400, response.content
     body = response.json()
     assert body["code"] == "evolution_config_invalid"
     fields = body["extra"]["fields"]
-    assert set(fields) == {"trial_command", "diff_budget.max_files", "sandbox_levels", "colour"}, fields
-    assert "{task_id}" in fields["trial_command"]
-    assert "chroot" in fields["sandbox_levels"]
+    assert set(fields) == {"diff_budget.max_files", "colour"}, fields
     for name in fields:
         assert name in body["message"]
+    # The commands and sandbox levels are the repository's: another value is refused, each field named.
+    changed = {**config, "trial_command": "python -m router --out {out}", "sandbox_levels": ["chroot"]}
+    response = api.post(TARGETS, {"name": "router", "source": str(router_remote), "config": changed}, format="json")
+    assert response.status_code == 400, response.content
+    assert set(response.json()["extra"]["fields"]) == {"config.trial_command", "config.sandbox_levels",
+                                                        "diff_budget.max_files", "colour"}
+    # The operator's config is validated the same way, every bad field named.
+    with pytest.raises(EvolutionConfigInvalid) as raised:
+        evolution_target_add(operator=True, project=project, name="router", source=str(router_remote), config=changed)
+    fields = raised.value.extra["fields"]
+    assert set(fields) == {"trial_command", "diff_budget.max_files", "sandbox_levels", "colour"}, fields
+    assert "{task_id}" in fields["trial_command"] and "chroot" in fields["sandbox_levels"]
     # Without a config the repository's evolution.json is read; a source that is no repository names `source`.
     response = api.post(TARGETS, {"name": "nowhere", "source": "/nonexistent/repo"}, format="json")
     assert response.status_code == 400 and "source" in response.json()["extra"]["fields"]
@@ -127,14 +141,15 @@ def test_jobs_create_list_filter_and_cancel(api, project, owner, router_target, 
     assert cancelled.status_code == 200 and cancelled.json()["state"] == "CANCELLED"
     again = api.post(f"{JOBS}{job['id']}/cancel/")
     assert again.status_code == 409 and again.json()["code"] == "job_wrong_state"
-    assert api.post(f"{JOBS}{job['id']}/discard/").status_code == 409
+    discard = api.post(f"{JOBS}{job['id']}/discard/")
+    assert discard.status_code == 403 and discard.json()["code"] == "person_required"
     assert api.post(f"{JOBS}{job['id']}/merged/", {"release": "v3"}, format="json").status_code == 409
     assert AuditEvent.objects.filter(job_id=job["id"], event="stop_requested",
                                      actor__startswith="api_key:").exists()
 
 
-def test_a_job_followed_to_its_verdict_then_approved_by_the_hash_seen(
-        api, issued_key, owner, router_target, refund_insight, script, django_capture_on_commit_callbacks):
+def test_a_job_followed_to_its_verdict_then_approved_by_an_owner_by_the_hash_seen(
+        api, owner, router_target, refund_insight, script, django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=True):
         response = api.post(JOBS, _job_body(router_target, refund_insight, script), format="json")
     assert response.status_code == 201, response.content
@@ -169,27 +184,29 @@ def test_a_job_followed_to_its_verdict_then_approved_by_the_hash_seen(
     assert api.get(f"{JOBS}{10**30}/").status_code == 404
     assert api.get(f"{TARGETS}{10**30}/").status_code == 404
 
-    # A hash the client did not get from this candidate: 409 with a message, nothing changes.
-    stale = api.post(f"{JOBS}{job_id}/approve/", {"patch_sha256": "0" * 64}, format="json")
-    assert stale.status_code == 409 and stale.json()["code"] == "patch_changed"
-    assert "review the current diff" in stale.json()["message"]
-    assert api.post(f"{JOBS}{job_id}/approve/", {"patch_sha256": "xyz"}, format="json").status_code == 400
-    assert EvolutionJob.objects.get(pk=job_id).state == "AWAITING_CONSENT"
-
-    # A key nobody owns cannot approve (nobody to record); the owner's key can.
+    # No key approves, the owner's included (issue 37): the owner does, on the job's page, with the hash seen.
     orphan = api_key_create(project=router_target.project, name="robot", created_by=None)
     robot = APIClient(HTTP_AUTHORIZATION=f"Bearer {orphan.secret}")
-    refused = robot.post(f"{JOBS}{job_id}/approve/", {"patch_sha256": candidate["patch_sha256"]}, format="json")
-    assert refused.status_code == 400 and refused.json()["code"] == "approver_missing"
+    for client in (api, robot):
+        refused = client.post(f"{JOBS}{job_id}/approve/", {"patch_sha256": candidate["patch_sha256"]}, format="json")
+        assert refused.status_code == 403 and refused.json()["code"] == "person_required", refused.content
+        assert "web UI" in refused.json()["message"]
+    assert EvolutionJob.objects.get(pk=job_id).state == "AWAITING_CONSENT"
+    web = client_for(owner)
+    page = f"/p/{router_target.project.slug}/evolution/jobs/{job_id}/"
+    stale = web.post(f"{page}approve/", {"patch_sha256": "0" * 64}, follow=True)
+    assert "review the current diff" in stale.content.decode()
+    assert EvolutionJob.objects.get(pk=job_id).state == "AWAITING_CONSENT"
     with django_capture_on_commit_callbacks(execute=True):
-        approved = api.post(f"{JOBS}{job_id}/approve/", {"patch_sha256": candidate["patch_sha256"]}, format="json")
-    assert approved.status_code == 200, approved.content
+        approved = web.post(f"{page}approve/", {"patch_sha256": candidate["patch_sha256"]})
+    assert approved.status_code == 302, approved.content
     detail = api.get(f"{JOBS}{job_id}/").json()
     assert detail["state"] == "PR_OPENED", detail["error"]
     assert detail["consent"]["by"] == owner.email and detail["consent"]["patch_sha256"] == candidate["patch_sha256"]
     assert detail["pr_branch"] == f"evo/{job_id}/1"
-    assert AuditEvent.objects.filter(job_id=job_id, event="consent_via_api_key",
-                                     actor=f"api_key:{issued_key.api_key.pk}").exists()
+    assert AuditEvent.objects.filter(job_id=job_id, event="consented", actor=f"user:{owner.pk}").exists()
+    assert not AuditEvent.objects.filter(job_id=job_id, actor__startswith="api_key:").exclude(
+        event="stop_requested").exists()
 
     # The PR was merged and shipped as v3: that release is watched for the insight.
     assert api.post(f"{JOBS}{job_id}/merged/", {"release": ""}, format="json").status_code == 400
@@ -199,13 +216,18 @@ def test_a_job_followed_to_its_verdict_then_approved_by_the_hash_seen(
                              "commit": detail["candidate"]["commit"], "status": "watching"}
 
 
-def test_discard_a_candidate_awaiting_consent(api, owner, router_target, refund_insight, script):
+def test_discard_a_candidate_awaiting_consent(api, owner, teammate, router_target, refund_insight, script):
     job_id = api.post(JOBS, _job_body(router_target, refund_insight, script), format="json").json()["id"]
     # The consent wait reached directly: discarding only needs the state (the full run is tested above).
     EvolutionJob.objects.filter(pk=job_id).update(state="AWAITING_CONSENT")
-    response = api.post(f"{JOBS}{job_id}/discard/")
-    assert response.status_code == 200, response.content
-    assert (response.json()["state"], response.json()["terminal_reason"]) == ("CANCELLED", "discarded")
+    refused = api.post(f"{JOBS}{job_id}/discard/")
+    assert refused.status_code == 403 and refused.json()["code"] == "person_required", refused.content
+    url = f"/p/{router_target.project.slug}/evolution/jobs/{job_id}/discard/"
+    assert client_for(teammate).post(url).status_code == 403  # a member, not an owner
+    assert EvolutionJob.objects.get(pk=job_id).state == "AWAITING_CONSENT"
+    assert client_for(owner).post(url).status_code == 302
+    job = EvolutionJob.objects.get(pk=job_id)
+    assert (job.state, job.terminal_reason) == ("CANCELLED", "discarded")
     assert AuditEvent.objects.filter(job_id=job_id, event="discarded", actor=f"user:{owner.pk}").exists()
 
 
@@ -226,8 +248,8 @@ def test_another_projects_objects_are_404_and_no_key_is_401(api, outsider_projec
         assert response.status_code == 401 and response.json()["code"] == "missing_credentials"
 
 
-def test_a_hot_swap_targets_releases_and_rollback(api, project, tmp_path, django_capture_on_commit_callbacks):
-    from evolution.models import EvolutionTarget
+def test_a_hot_swap_targets_releases_and_rollback(api, project, owner, tmp_path, django_capture_on_commit_callbacks):
+    from evolution.models import EvolutionTarget, ReleaseRollback
     from tests.evolution.fixture_repo import CONFIG as ROUTER_CONFIG
     from tests.frontend.test_evolution_pages import HOT_SWAP, activator_stop, releases_made
 
@@ -235,28 +257,30 @@ def test_a_hot_swap_targets_releases_and_rollback(api, project, tmp_path, django
     hot = EvolutionTarget.objects.create(project=project, name="hot", source="/x",
                                          config={**ROUTER_CONFIG, "hot_swap": HOT_SWAP})
     assert api.get(f"{TARGETS}{plain.pk}/releases/").json() == {
-        "target": {"id": plain.pk, "name": "plain"}, "hot_swap": False, "current": None, "last_good": None, "pending": None, "releases": [], "history": [],
-        "error": ""}
-    refused = api.post(f"{TARGETS}{plain.pk}/rollback/", {}, format="json")
-    assert refused.status_code == 400 and "hot_swap" in refused.json()["extra"]["fields"]
+        "target": {"id": plain.pk, "name": "plain"}, "hot_swap": False, "current": None, "last_good": None,
+        "pending": None, "releases": [], "history": [], "error": ""}
     releases_made(target=hot, tmp_path=tmp_path)
     record = api.get(f"{TARGETS}{hot.pk}/releases/").json()
     assert (record["current"], record["last_good"]) == ("r2", "r1")
     assert [h["to_release"] for h in record["history"]] == ["r2", "r1"]
+    # No key rolls back, whatever the target (issue 37): nothing is queued.
+    for target_id in (plain.pk, hot.pk, 999999):
+        refused = api.post(f"{TARGETS}{target_id}/rollback/", {}, format="json")
+        assert refused.status_code == 403 and refused.json()["code"] == "person_required", refused.content
+    assert not ReleaseRollback.objects.exists()
     try:
-        # Answered at once (a worker rolls back, here eagerly on commit); default: the last healthy release.
+        # An owner rolls back on the releases page (a worker runs it, here eagerly on commit); the API follows it.
         with django_capture_on_commit_callbacks(execute=True):
-            rolled = api.post(f"{TARGETS}{hot.pk}/rollback/", {}, format="json")
-        assert rolled.status_code == 202, rolled.content
-        assert (rolled.json()["status"], rolled.json()["from_release"], rolled.json()["to_release"]) == (
-            "queued", "r2", None)
-        done = api.get(f"{TARGETS}{hot.pk}/rollbacks/{rolled.json()['id']}/").json()
+            client_for(owner).post(f"/p/{project.slug}/evolution/releases/{hot.pk}/rollback/", {})
+        rollback = ReleaseRollback.objects.get(target=hot)
+        done = api.get(f"{TARGETS}{hot.pk}/rollbacks/{rollback.pk}/").json()
         assert (done["status"], done["outcome"], done["active_release"]) == ("succeeded", "rolled_back", "r1"), done
+        assert (done["from_release"], done["to_release"]) == ("r2", None)
     finally:
         activator_stop(hot)
     record = api.get(f"{TARGETS}{hot.pk}/releases/").json()
     assert record["current"] == "r1" and record["history"][0]["kind"] == "manual"
-    assert record["history"][0]["reason"].startswith("manual rollback by api_key:")
+    assert record["history"][0]["reason"].startswith(f"manual rollback by {owner.email}")
 
 
 def test_evolve_on_an_insight_with_a_fix_on_its_way_needs_confirm(api, project, router_target, refund_insight,

@@ -1,8 +1,9 @@
 """Targets are confined (issue 22): what a project's API key (or a logged-in user of the web UI) may register, as
 opposed to the operator at the shell. A source is a remote git URL or a directory under CLEAR_EVOLUTION_SOURCE_ROOTS,
 never Clear's own files nor another project's repository; a malformed one is a 400, never a 500; git's failures are
-told without its command or the server's paths; hot_swap and scripted_fixtures are the operator's; a job's backend
-config reads only allowed key variables and listed script files. `manage.py evolution_target` is not confined."""
+told without its command or the server's paths; the commands, sandbox levels, hot_swap and scripted_fixtures are the
+operator's (a new target's commands are its repository's own); a job's backend config reads only allowed key
+variables and listed script files. `manage.py evolution_target` is not confined."""
 
 from __future__ import annotations
 
@@ -101,11 +102,17 @@ def test_relative_paths_and_other_url_schemes_are_refused(api, roots, source, wo
 
 @pytest.mark.parametrize("source", [REMOTE, "ssh://git@git.example.com/agent.git",
                                     "git@git.example.com:team/agent.git"])
-def test_remote_git_urls_are_accepted(api, settings, source):
+def test_remote_git_urls_are_accepted(api, settings, monkeypatch, source):
     settings.CLEAR_EVOLUTION_SOURCE_ROOTS = []
-    created = _create(api, source, config=CONFIG)  # with a config: nothing is fetched
+    fetched = []
+    # The repository's evolution.json is read even with a config (its commands are the ones taken): here the remote
+    # is stood in for, so nothing leaves the machine.
+    monkeypatch.setattr("evolution.services.targets.repo_config_read",
+                        lambda *, source, ref: fetched.append(source) or dict(CONFIG))
+    created = _create(api, source, config={**CONFIG, "trials": 1})
     assert created.status_code == 201, created.content
-    assert created.json()["source"] == source
+    assert created.json()["source"] == source and fetched == [source]
+    assert created.json()["config"]["trials"] == 1
 
 
 def test_clears_own_directories_are_refused_under_a_root(api, settings, roots, evolution_dir):

@@ -260,8 +260,10 @@ def test_targets_registered_and_edited_with_every_bad_field_named(client, projec
                                                      "config": json.dumps(bad)})
     assert refused.status_code == 400
     html = refused.content.decode()
-    for field in ("<code>trial_command</code>", "<code>diff_budget.max_files</code>", "<code>colour</code>"):
+    # trial_command is the repository's (only the operator sets another): named with the config's bad fields.
+    for field in ("<code>config.trial_command</code>", "<code>diff_budget.max_files</code>", "<code>colour</code>"):
         assert field in html, field
+    assert "only the operator can set another value" in html
     assert "python run.py" in html  # the typed config is kept for fixing
     assert client.post(_url(project, "targets/"), {"name": "router", "source": str(remote),
                                                    "config": "{not json"}).status_code == 400

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from evolution.sandbox.files import MAX_FILE_BYTES, WrittenFile, owner_limits, written_file_read
+
 from .output import json_output_extract
 
 # Linux caps one argv string at 128 KiB (MAX_ARG_STRLEN); longer prompts are passed as a file to read.
@@ -29,6 +31,14 @@ class Invocation:
     resume_session_id: str | None = None
     extra_args: tuple[str, ...] = ()
     options: Mapping[str, Any] | None = None  # the backend config, for template-specific keys
+    # The uid the CLI wrote its files as (set once the sandbox level is known); None: any a run could have used.
+    scratch_writers: frozenset[int] | None = None
+
+    def scratch_file(self, name: str, *, max_bytes: int = MAX_FILE_BYTES) -> WrittenFile | None:
+        """A file the CLI wrote in its scratch dir, read without following links (evolution/sandbox/files.py):
+        the CLI ran as the sandbox user and chose what that name is. None when there is no such file."""
+        writers = self.scratch_writers if self.scratch_writers is not None else frozenset(owner_limits())
+        return written_file_read(folder=self.scratch, relative=name, owners=dict.fromkeys(writers, max_bytes))
 
     def prompt_argument(self, text: str) -> str:
         if len(text.encode("utf-8")) <= ARGV_PROMPT_MAX_BYTES:

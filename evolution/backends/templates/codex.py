@@ -46,9 +46,9 @@ class CodexTemplate(CliTemplate):
                 last_message = event["item"].get("text") or last_message
             elif kind in ("error", "turn.failed"):
                 errors.append(str(event.get("message") or (event.get("error") or {}).get("message") or event))
-        written = invocation.scratch / LAST_MESSAGE_FILE
-        if written.is_file():
-            last_message = written.read_text(encoding="utf-8", errors="replace") or last_message
+        written = invocation.scratch_file(LAST_MESSAGE_FILE)
+        if written is not None and written.data is not None:
+            last_message = written.data.decode("utf-8", errors="replace") or last_message
         outcome.output = json_output_extract(last_message)
         if errors:
             outcome.error = "codex reported: " + "; ".join(errors)[:500]

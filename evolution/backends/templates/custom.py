@@ -71,11 +71,11 @@ class CustomTemplate(CliTemplate):
         return [executable, *self.version_args] if self.version_args is not None else None
 
     def parse(self, *, stdout: str, invocation: Invocation) -> CliOutcome:
-        written = invocation.scratch / OUTPUT_FILE
-        if written.is_file():
+        written = invocation.scratch_file(OUTPUT_FILE)
+        if written is not None and written.data is not None:
             try:
-                value = json.loads(written.read_text(encoding="utf-8"))
-            except json.JSONDecodeError as error:
+                value = json.loads(written.data.decode("utf-8"))
+            except (json.JSONDecodeError, UnicodeDecodeError) as error:
                 return CliOutcome(error=f"{OUTPUT_FILE} is not valid JSON: {error}")
             if isinstance(value, dict):
                 return CliOutcome(output=value)

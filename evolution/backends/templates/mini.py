@@ -8,6 +8,8 @@ from .base import CliOutcome, CliTemplate, Invocation
 from .output import json_output_extract
 
 TRAJECTORY_FILE = "traj.json"
+# Every message of the run is in it: far more than the 1 MB other files a CLI writes are allowed.
+TRAJECTORY_MAX_BYTES = 32 * 1024 * 1024
 
 
 class MiniSweAgentTemplate(CliTemplate):
@@ -34,12 +36,18 @@ class MiniSweAgentTemplate(CliTemplate):
 
     def parse(self, *, stdout: str, invocation: Invocation) -> CliOutcome:
         outcome = CliOutcome(model=invocation.model)
-        path = invocation.scratch / TRAJECTORY_FILE
-        try:
-            trajectory = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as error:
+        written = invocation.scratch_file(TRAJECTORY_FILE, max_bytes=TRAJECTORY_MAX_BYTES)
+        problem = "there is none" if written is None else f"skipped: {written.skipped}" if written.data is None else ""
+        trajectory = None
+        if not problem:
+            try:
+                trajectory = json.loads(written.data.decode("utf-8"))
+            except (json.JSONDecodeError, UnicodeDecodeError) as error:
+                problem = str(error)
+        if not isinstance(trajectory, dict):
             outcome.output = json_output_extract(stdout)
-            outcome.error = "" if outcome.output else f"mini-swe-agent left no readable {TRAJECTORY_FILE}: {error}"
+            problem = problem or "not a JSON object"
+            outcome.error = "" if outcome.output else f"mini-swe-agent left no readable {TRAJECTORY_FILE}: {problem}"
             return outcome
         info = trajectory.get("info") or {}
         stats = info.get("model_stats") or {}

@@ -1,8 +1,8 @@
 """Register an agent repository as an evolution target, change one, or list a project's targets; stop the agents
 hot swaps started.
 
-This is the operator's way in: any local path may be the source, and the config may set hot_swap and
-scripted_fixtures, which the API and the web UI refuse (evolution/services/confinement.py)."""
+This is the operator's way in: any local path may be the source, and the config may set the commands, sandbox_levels,
+hot_swap and scripted_fixtures, which the API and the web UI only keep as stored (evolution/services/confinement.py)."""
 
 from __future__ import annotations
 
