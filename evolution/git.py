@@ -11,6 +11,7 @@ import fcntl
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tarfile
 import tempfile
@@ -23,7 +24,7 @@ from evolution.errors import GitError
 
 BOT_NAME = "evolution-bot"
 BOT_EMAIL = "evolution-bot@clear.invalid"
-GIT_TIMEOUT_S = 600
+GIT_TIMEOUT_S = 600  # local work (worktrees, diffs, archives); what reaches a remote has network_timeout()
 # Overrides whatever a repository's own config says: no hooks, no fsmonitor daemon, no pager. A root worker hands
 # job worktrees to the sandbox user (evolution/sandbox/profile.py), and git refuses a tree another user owns; the
 # ownership check guards against a crafted .git, which the explicit git dirs of this module already exclude.
@@ -67,16 +68,43 @@ def _env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def network_timeout() -> float:
+    """The bound of a clone, fetch or push (CLEAR_GIT_TIMEOUT_SECONDS): a silent host must not hold a worker for
+    long, nor an operator's shell."""
+    from django.conf import settings
+
+    return float(getattr(settings, "CLEAR_GIT_TIMEOUT_SECONDS", 60))
+
+
+def _run(argv: Sequence[str], *, cwd: Path | None, env: Mapping[str, str], stdin: bytes | None,
+         timeout: float) -> subprocess.CompletedProcess:
+    """subprocess.run in a session of its own, the whole session killed when the time is up: git leaves the
+    network to helpers (git-remote-https, ssh) that killing git alone would leave running, and subprocess.run
+    would then wait for the pipes they hold open."""
+    with subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True) as process:
+        try:
+            stdout, stderr = process.communicate(stdin, timeout=timeout)
+        except BaseException:  # the time is up, or the operator's Ctrl-C in manage.py
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            process.communicate(timeout=10)
+            raise
+    return subprocess.CompletedProcess(list(argv), process.returncode, stdout, stderr)
+
+
 def _git(args: Sequence[str], *, cwd: Path | None = None, env: Mapping[str, str] | None = None,
-         ok_codes: Sequence[int] = (0,), stdin: bytes | None = None) -> subprocess.CompletedProcess:
+         ok_codes: Sequence[int] = (0,), stdin: bytes | None = None,
+         timeout: float = GIT_TIMEOUT_S) -> subprocess.CompletedProcess:
     argv = ["git", *_HARDENING, *args]
     try:
-        completed = subprocess.run(argv, cwd=cwd, env=_env(env), input=stdin, capture_output=True,
-                                   timeout=GIT_TIMEOUT_S, check=False)
+        completed = _run(argv, cwd=cwd, env=_env(env), stdin=stdin, timeout=timeout)
     except FileNotFoundError as exc:
         raise GitError("git is not installed on the worker (apt-get install git)") from exc
     except subprocess.TimeoutExpired as exc:
-        raise GitError(_redact(f"git {' '.join(args)} did not finish within {GIT_TIMEOUT_S} s")) from exc
+        raise GitError(_redact(f"git {' '.join(args)} did not finish within {timeout:g} s")) from exc
     if completed.returncode not in ok_codes:
         stderr = completed.stderr.decode("utf-8", "replace").strip()
         where = f" in {cwd}" if cwd else ""
@@ -139,21 +167,53 @@ def _source_arg(source: str) -> str:
     return str(path.resolve()) if path.exists() else source
 
 
+def _is_local(source: str) -> bool:
+    # What git reads from the disk: a path, or file://. The operator (or CLEAR_EVOLUTION_SOURCE_ROOTS) chose it.
+    return source.startswith(("/", "file://", "./", "../", "~")) or Path(source).expanduser().exists()
+
+
+def _pinned(source: str) -> tuple[list[str], dict[str, str]]:
+    """The git options and environment that keep a clone, fetch or push of a remote URL on the addresses the
+    outbound policy checked (clear/outbound: https or ssh, public addresses unless CLEAR_GIT_ALLOW_PRIVATE, no
+    redirects, no proxy that would resolve the name again). Raises GitError naming why it is refused."""
+    if _is_local(source):
+        return [], {}
+    from clear.outbound import OutboundInvalidError, OutboundUnresolvedError, outbound_target_resolve
+    from clear.outbound.pinned import outbound_git_pin
+
+    try:
+        target = outbound_target_resolve(url=source, purpose="git", field="source")
+    except OutboundUnresolvedError as exc:
+        raise GitError(_redact(f"could not resolve host: {exc.message}")) from None
+    except OutboundInvalidError as exc:
+        raise GitError(_redact(f"address not allowed: {exc.message}"), code="git_address_refused") from None
+    pin = outbound_git_pin(target=target, ssh_command=os.environ.get("GIT_SSH_COMMAND") or "ssh")
+    return list(pin.config), dict(pin.env)
+
+
 def repo_mirror_sync(*, source: str, mirror_path: Path) -> None:
     """A bare mirror of `source` (a local path or a git URL): cloned the first time, fetched with prune later."""
     mirror_path = Path(mirror_path)
     source_arg = _source_arg(source)
     # A local source owned by another user (the worker often runs as its own uid) is trusted: an admin named it.
     trust = ["-c", f"safe.directory={source_arg}"] if source_arg.startswith("/") else []
+    pin, pin_env = _pinned(source_arg)
     with _mirror_lock(mirror_path):
         if (mirror_path / "HEAD").is_file():
             _git(["remote", "set-url", "origin", source_arg], cwd=mirror_path)  # the target's source may have moved
-            _git([*trust, "fetch", "--prune", "--quiet", "origin"], cwd=mirror_path)
+            _git([*trust, *pin, "fetch", "--prune", "--quiet", "origin"], cwd=mirror_path, env=pin_env,
+                 timeout=network_timeout())
         else:
             if mirror_path.exists() and any(mirror_path.iterdir()):
                 raise GitError(f"{mirror_path} exists but is not a git mirror; remove it or pick another path")
             mirror_path.parent.mkdir(parents=True, exist_ok=True)
-            _git([*trust, "clone", "--mirror", "--quiet", "--", source_arg, str(mirror_path)])
+            try:
+                _git([*trust, *pin, "clone", "--mirror", "--quiet", "--", source_arg, str(mirror_path)],
+                     env=pin_env, timeout=network_timeout())
+            except GitError:
+                # A clone killed at its bound leaves a partial directory, which every later sync would refuse.
+                shutil.rmtree(mirror_path, ignore_errors=True)
+                raise
         # Candidate commits (promoted releases, the base of later hot-swap jobs) are made in worktrees of the mirror
         # and reached by no ref: a mirror's `fetch --prune` deletes any ref the source lacks, so none can pin them.
         # Garbage collection is told never to prune unreachable objects instead.
@@ -288,4 +348,6 @@ def branch_push(*, repo_path: Path, commit: str, remote_url: str, branch: str) -
     if check.returncode != 0:
         raise GitError(f"{branch!r} is not a valid branch name")
     sha = repo_commit_resolve(repo_path=repo_path, ref=commit)
-    _repo(["push", "--quiet", "--no-verify", "--", remote_url, f"{sha}:refs/heads/{branch}"], repo_path=repo_path)
+    pin, pin_env = _pinned(remote_url)
+    _git([*pin, "push", "--quiet", "--no-verify", "--", remote_url, f"{sha}:refs/heads/{branch}"],
+         cwd=Path(repo_path), env={**(_repo_env(repo_path) or {}), **pin_env}, timeout=network_timeout())

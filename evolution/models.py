@@ -11,14 +11,32 @@ from clear.projects.models import Project
 
 
 class EvolutionTarget(models.Model):
-    """An agent repository Clear may try to fix: a local path or git URL plus its validated evolution config."""
+    """An agent repository Clear may try to fix: a local path or git URL plus its validated evolution config.
+
+    Registered through the API or the web UI, it is `cloning` until a worker has read the repository
+    (services/target_cloning.py), then `ready` or `failed`; jobs start on a ready target only."""
+
+    class State(models.TextChoices):
+        CLONING = "cloning"
+        READY = "ready"
+        FAILED = "failed"
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="evolution_targets")
     name = models.CharField(max_length=200)
     source = models.CharField(max_length=1000, help_text="local path or git URL the mirror is cloned from")
     default_branch = models.CharField(max_length=200, blank=True, help_text="blank: the source's HEAD")
     push_url = models.CharField(max_length=1000, blank=True, help_text="where PR branches go; blank: the source")
-    config = models.JSONField(default=dict, help_text="validated by evolution.config.target_config_validate")
+    config = models.JSONField(default=dict, help_text="validated by evolution.config.target_config_validate; empty "
+                                                      "until the repository's evolution.json of a new target is read")
+    config_requested = models.JSONField(null=True, blank=True,
+                                        help_text="a new target's config as given (null: its evolution.json alone), "
+                                                  "checked against the repository by the clone")
+    state = models.CharField(max_length=10, choices=State.choices, default=State.READY)
+    state_reason = models.TextField(blank=True, help_text="failed: why, in Clear's words (never git's output)")
+    state_changed_at = models.DateTimeField(null=True, blank=True)
+    state_version = models.PositiveIntegerField(default=0, help_text="one more per clone asked for; a clone's "
+                                                                     "outcome is kept only if none was asked since")
+    clone_started_at = models.DateTimeField(null=True, blank=True, help_text="the worker's claim of the clone")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
                                    related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)

@@ -12,11 +12,18 @@ from evolution.services.api_actions import MODES, job_mode
 
 
 class TargetOutputSerializer(serializers.ModelSerializer):
-    config = serializers.JSONField(help_text="the validated evolution config (see evolution/config.py)")
+    config = serializers.JSONField(help_text="the validated evolution config (see evolution/config.py); {} until a "
+                                             "worker has read a new target's evolution.json")
+    state = serializers.ChoiceField(choices=EvolutionTarget.State.choices,
+                                    help_text="cloning: a worker is reading the repository (jobs wait for ready); "
+                                              "ready: jobs may start; failed: see state_reason, then correct the "
+                                              "target and save it to read the repository again")
+    state_reason = serializers.CharField(help_text="failed: why, in a few fixed words (never git's own output)")
 
     class Meta:
         model = EvolutionTarget
-        fields = ["id", "name", "source", "default_branch", "push_url", "config", "created_at", "updated_at"]
+        fields = ["id", "name", "source", "default_branch", "push_url", "config", "state", "state_reason",
+                  "state_changed_at", "created_at", "updated_at"]
 
 
 class CandidateSerializer(serializers.Serializer):

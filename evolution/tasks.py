@@ -1,13 +1,16 @@
 """Celery entrypoints of evolution: one thin task runs any stage of a job (load by id, run the stage service), plus
-a person's release rollback and the janitor."""
+a person's release rollback, the clone of a target registered through the API or the web UI, and the janitor."""
 
 from celery import current_app, shared_task
 from django.conf import settings
 from django.db import OperationalError
 
+from evolution.services.target_cloning import clone_time_limit
+
 # A stage may run a coding agent or a trial suite for far longer than CELERY_TASK_SOFT_TIME_LIMIT; its own timeouts
 # (role timeouts, trial limits) bound it, and this is the backstop.
 STAGE_TIME_LIMIT = settings.CLEAR_EVOLUTION_STAGE_TIME_LIMIT_SECONDS
+CLONE_TIME_LIMIT = clone_time_limit()
 
 
 @shared_task(name="evolution.run_stage", bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True,
@@ -56,6 +59,19 @@ def release_rollback(self, rollback_id: int) -> str:
     try:
         return release_rollback_run(rollback_id=rollback_id)
     except OperationalError as exc:  # the database blinked before the claim; nothing was swapped
+        raise self.retry(exc=exc, countdown=min(60, 5 * 2 ** self.request.retries)) from exc
+
+
+@shared_task(name="evolution.target_clone", bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True,
+             max_retries=3, soft_time_limit=CLONE_TIME_LIMIT, time_limit=CLONE_TIME_LIMIT + 60)
+def target_clone(self, target_id: int, version: int) -> str:
+    """Read a cloning target's repository (a clone or fetch under CLEAR_GIT_TIMEOUT_SECONDS) and mark it ready or
+    failed; the service claims it with a conditional update, so a duplicate delivery does nothing."""
+    from evolution.services.target_cloning import target_clone_run
+
+    try:
+        return target_clone_run(target_id=target_id, version=version)
+    except OperationalError as exc:  # the database blinked; the service gave its claim back
         raise self.retry(exc=exc, countdown=min(60, 5 * 2 ** self.request.retries)) from exc
 
 

@@ -12,6 +12,8 @@ cached per project and filter, with the data version it was computed from:
 
 While one request recomputes a stale trace-side entry, the others keep serving it (no stampede of 500 ms queries).
 The data version is three small aggregates by index (~1 ms). CLEAR_DASHBOARD_CACHE=0 turns all of it off.
+The cache is Redis, else the guard table (clear/guards/): one entry for every web process, so that reloads answered
+by different gunicorn workers show the same figures and the same "as of" time.
 """
 
 from __future__ import annotations

@@ -62,6 +62,8 @@ urlpatterns = [
     path("p/<slug:slug>/evolution/targets/", views_evolution_targets.targets, name="evolution-targets"),
     path("p/<slug:slug>/evolution/targets/<int:target_id>/", views_evolution_targets.target_edit,
          name="evolution-target"),
+    path("p/<slug:slug>/evolution/targets/<int:target_id>/status.json", views_evolution_targets.target_status,
+         name="evolution-target-status"),
     path("p/<slug:slug>/evolution/releases/", views_evolution_targets.releases, name="evolution-releases"),
     path("p/<slug:slug>/evolution/releases/<int:target_id>/rollback/", views_evolution_targets.release_rollback,
          name="evolution-release-rollback"),

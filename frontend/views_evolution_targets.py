@@ -1,6 +1,7 @@
 """Evolution pages of targets and releases: register a target and edit its config (every bad field named; the
-commands, sandbox levels, hot_swap and scripted_fixtures are the operator's), the hot-swap release history and its
-rollback (the project owners'; run by a worker, the page polls the rollback's status JSON).
+commands, sandbox levels, hot_swap and scripted_fixtures are the operator's; a worker reads the repository, the pages
+poll the target's state while it is cloning), the hot-swap release history and its rollback (the project owners';
+run by a worker, the page polls the rollback's status JSON).
 
 Reads go through `evolution.selectors`, writes through `evolution.services` (a ClearError's message is shown as it
 is).
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import json
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -53,7 +55,8 @@ def _target_save(request: HttpRequest, project: Project, target=None) -> tuple[o
     """Register (target None) or edit a target from the POSTed form; the errors by field when it is refused."""
     post, errors = request.POST, {}
     config = _config_from(post.get("config", ""), errors)
-    if target is not None and config is None and "config" not in errors:
+    # Blank is the repository's evolution.json, as on registration, until a worker has read it.
+    if target is not None and target.config and config is None and "config" not in errors:
         errors["config"] = "give the config as a JSON object"
     if errors:
         return None, errors
@@ -88,7 +91,8 @@ def targets(request: HttpRequest, slug: str) -> HttpResponse:
     if request.method == "POST":
         saved, errors = _target_save(request, project)
         if saved is not None:
-            messages.success(request, f"Target {saved.name} registered.")
+            messages.success(request, f"Target {saved.name} registered: a worker is reading its repository; its "
+                                      "state shows here.")
             return redirect("frontend:evolution-targets", slug=project.slug)
         status = 400
     context = {"project": project, "nav": "evolution", "targets": list(evolution_target_list(project=project)),
@@ -108,11 +112,28 @@ def target_edit(request: HttpRequest, slug: str, target_id: int) -> HttpResponse
             return redirect("frontend:evolution-target", slug=project.slug, target_id=target.pk)
         status = 400
         target.refresh_from_db()
-    config_text = request.POST.get("config") if errors else json.dumps(target.config, indent=2)
+    config_text = request.POST.get("config") if errors else _config_text(target)
     context = {"project": project, "nav": "evolution", "target": target, "config_text": config_text,
+               "git_timeout": f"{settings.CLEAR_GIT_TIMEOUT_SECONDS:g}",
                "errors": _target_errors(errors), "values": request.POST if errors else {},
                "jobs": list(evolution_job_list(project=project, target=target)[:10])}
     return render(request, "frontend/evolution_target.html", context, status=status)
+
+
+def _config_text(target) -> str:
+    if target.config:
+        return json.dumps(target.config, indent=2)
+    # Its evolution.json not read yet: what was asked for at registration (blank: that file alone).
+    return json.dumps(target.config_requested, indent=2) if target.config_requested is not None else ""
+
+
+@login_required
+def target_status(request: HttpRequest, slug: str, target_id: int) -> JsonResponse:
+    """What the target pages poll while a worker reads the repository; a new state_version reloads them."""
+    project = project_for(request, slug)
+    target = or_404(evolution_target_by_id, project=project, target_id=target_id)
+    return JsonResponse({"state": target.state, "state_reason": target.state_reason,
+                         "state_version": f"{target.state}:{target.state_version}"})
 
 
 @login_required

@@ -44,7 +44,10 @@ class LoginView(auth_views.LoginView):
     def form_invalid(self, form: AuthenticationForm) -> HttpResponse:
         # A blank field is a slip, not a guess; a wrong pair (or an inactive account) counts.
         if self.request.POST.get("username", "").strip() and self.request.POST.get("password"):
-            login_failure_record(username=self.request.POST["username"], address=self.address)
+            try:
+                login_failure_record(username=self.request.POST["username"], address=self.address)
+            except AuthThrottledError as exc:  # one of several sent at once, counted past the limit
+                return self._throttled(exc)
         return super().form_invalid(form)
 
     def _throttled(self, exc: AuthThrottledError) -> HttpResponse:

@@ -42,6 +42,8 @@ printf '%s\n' "$CLEAR_PUBLIC_URL" > "$CLEAR_VAR_DIR/public_url"
 
 echo "==> preparing the database in $CLEAR_VAR_DIR"
 "$PY" manage.py migrate --noinput -v 0
+# The throttles' counters and the dashboard cache: a SQLite file of their own, var/clear-guards.sqlite3 (clear/guards/).
+"$PY" manage.py guards_migrate -v 0
 "$PY" manage.py collectstatic --noinput -v 0
 
 # The worker and the web server run in sessions of their own, so Ctrl-C or a SIGTERM to this script's process group

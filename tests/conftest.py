@@ -25,7 +25,7 @@ postgres_only = pytest.mark.skipif(settings.DATABASES["default"]["ENGINE"] != "d
 # --dist load, except that the tests of these modules go to one worker together: their module-scoped fixture is
 # expensive (the demo: migrations, a worker and gunicorn, ~20 s up and more down) and would be built on each.
 # xdist's own --dist loadgroup cannot be used for this: on pytest 9 it no longer sees xdist_group marks.
-ONE_WORKER_MODULES = {"tests/foundation/test_demo.py"}
+ONE_WORKER_MODULES = {"tests/foundation/test_demo.py", "tests/foundation/test_shared_guards.py"}
 
 
 @pytest.hookimpl(optionalhook=True)

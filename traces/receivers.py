@@ -65,16 +65,34 @@ def _cap_message(cap: int) -> str:
             "send smaller batches (e.g. a lower OTEL_BSP_MAX_EXPORT_BATCH_SIZE).")
 
 
+def _read_unsized(request: HttpRequest, limit: int) -> bytes:
+    """Up to `limit` bytes of a body sent without Content-Length (Transfer-Encoding: chunked). Django reads only
+    CONTENT_LENGTH bytes, so such a body looked empty; a server that sets wsgi.input_terminated (gunicorn) has
+    decoded the chunks and ends wsgi.input at the body's end, so reading it to the end is safe. Elsewhere an
+    unsized body is not read: reading past the request would wait for the client forever."""
+    if not request.META.get("wsgi.input_terminated"):
+        return request.read(limit)
+    stream, parts, size = request.META["wsgi.input"], [], 0
+    while size < limit:
+        part = stream.read(min(limit - size, 1 << 16))
+        if not part:
+            break
+        parts.append(part)
+        size += len(part)
+    return b"".join(parts)
+
+
 def read_body(request: HttpRequest) -> bytes:
     """The decompressed body, never holding more than the cap in memory (a gzip bomb stops at the cap)."""
     cap = settings.CLEAR_INGEST_MAX_BODY_BYTES
+    length = request.META.get("CONTENT_LENGTH")
     try:
-        declared = int(request.META.get("CONTENT_LENGTH") or 0)
+        declared = int(length or 0)
     except ValueError:
         declared = 0
     if declared > cap:
         raise PayloadTooLarge(_cap_message(cap))
-    raw = request.read(cap + 1)
+    raw = request.read(cap + 1) if length else _read_unsized(request, cap + 1)
     if len(raw) > cap:
         raise PayloadTooLarge(_cap_message(cap))
     encoding = (request.META.get("HTTP_CONTENT_ENCODING") or "identity").strip().lower()

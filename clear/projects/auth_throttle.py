@@ -6,9 +6,12 @@ too: otherwise a guesser would learn which guess was right. No counter covers an
 stranger cannot lock a user out: the user's own address has its own counters. Logins and API keys are counted apart
 (realm), so a client sending a stale key does not lock its developer out of the UI.
 
-The counters live in the CLEAR_AUTH_THROTTLE_CACHE cache (Redis when there is one, so every web process counts
-against the same limit). Only add and incr change them, so concurrent failures are never lost; the window's end is
-stored beside its count and compared with `clock()`, the cache's expiry only collects what is over.
+The counters live in the CLEAR_AUTH_THROTTLE_CACHE cache (Redis when there is one, else the guard table of
+clear/guards/: either way every web process counts against the same limit). Only add and incr change them, and both
+are atomic there, so concurrent failures are never lost; the window's end is stored beside its count and compared with
+`clock()`, the cache's expiry only collects what is over. Attempts sent at once all pass the check before any of them
+is counted: the failures counted past the limit are answered 429 too (auth_failure_over_limit), so that no more than
+the limit are ever answered "wrong" in a window, however many arrive together.
 """
 
 import hashlib
@@ -151,6 +154,13 @@ def auth_failure_add(*, realm: str, account: str | None, address: str) -> int:
             count = 1
         highest = max(highest, count)
     return highest
+
+
+def auth_failure_over_limit(*, count: int) -> bool:
+    """Whether the failure that auth_failure_add counted as `count` went past the limit (it passed the check while
+    concurrent failures were being counted): its answer is the refusal the next attempt would get."""
+    rate = auth_failure_rate()
+    return rate is not None and count > rate.limit
 
 
 def auth_failures_forget(*, realm: str, account: str, address: str) -> None:

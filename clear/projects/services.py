@@ -174,7 +174,8 @@ def login_attempt_check(*, username: str, address: str) -> None:
 
 
 def login_failure_record(*, username: str, address: str) -> None:
-    """A wrong password (or an unknown or inactive account): counted, logged, and recorded if the account exists."""
+    """A wrong password (or an unknown or inactive account): counted, logged, and recorded if the account exists.
+    Raises AuthThrottledError (429) when it was counted past the limit (concurrent attempts)."""
     count = auth_throttle.auth_failure_add(realm=auth_throttle.LOGIN, account=_login_account(username),
                                            address=address)
     user = user_get_by_login(username=_login_account(username))
@@ -184,6 +185,8 @@ def login_failure_record(*, username: str, address: str) -> None:
     if user is not None:
         audit_event_record(kind=AuditEvent.Kind.LOGIN_FAILED, user=user, address=address,
                            detail={"username": user.get_username()})
+    if auth_throttle.auth_failure_over_limit(count=count):
+        login_attempt_check(username=username, address=address)
 
 
 def login_success_record(*, user: AbstractBaseUser, address: str) -> None:
@@ -207,7 +210,8 @@ def api_key_attempt_check(*, public_key: str | None, address: str) -> None:
 
 def api_key_failure_record(*, public_key: str | None, address: str) -> None:
     """A secret no project has (or one sent with another pair's public key): counted, logged, and recorded in the
-    project of the public key if one was sent."""
+    project of the public key if one was sent. Raises AuthThrottledError (429) when it was counted past the limit
+    (concurrent attempts)."""
     count = auth_throttle.auth_failure_add(realm=auth_throttle.API_KEY, account=public_key, address=address)
     api_key = api_key_get_by_public_key(public_key=public_key) if public_key else None
     # Like a typed username, a public key is logged only when it exists: anything else is the client's free text.
@@ -216,6 +220,8 @@ def api_key_failure_record(*, public_key: str | None, address: str) -> None:
     if api_key is not None:
         audit_event_record(kind=AuditEvent.Kind.API_KEY_FAILED, project=api_key.project, address=address,
                            detail={"public_key": public_key})
+    if auth_throttle.auth_failure_over_limit(count=count):
+        api_key_attempt_check(public_key=public_key, address=address)
 
 
 def worker_probe_run(*, token: str, hostname: str, hold_seconds: float = 0.0) -> WorkerProbe | None:

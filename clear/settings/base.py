@@ -74,6 +74,7 @@ INSTALLED_APPS = [
     "clear.projects",
     "clear.webhooks",
     "clear.outbox",
+    "clear.guards",
     "traces",
     "diagnosis",
     "diagnosis.attribution",
@@ -136,6 +137,20 @@ else:
     DATABASES = {
         "default": {"ENGINE": "django.db.backends.sqlite3", "NAME": VAR_DIR / "clear.sqlite3", "OPTIONS": SQLITE_OPTIONS}
     }
+# The guard table (the throttles' counters and the dashboard cache when there is no Redis: CACHES below). On SQLite
+# it is a file of its own beside the database (var/clear-guards.sqlite3), so that counting a failed login never waits
+# for an ingestion's write lock; `manage.py guards_migrate` creates it (scripts/demo.sh runs it). Losing it
+# loses nothing but counts and cached figures, hence no fsync per commit. On Postgres it is in the database itself.
+if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+    _main_file = Path(DATABASES["default"]["NAME"])
+    DATABASES["guards"] = {
+        "ENGINE": "django.db.backends.sqlite3", "NAME": _main_file.with_name(f"{_main_file.stem}-guards.sqlite3"),
+        "OPTIONS": {**SQLITE_OPTIONS, "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"},
+    }
+    CLEAR_GUARDS_DATABASE = "guards"
+else:
+    CLEAR_GUARDS_DATABASE = "default"
+DATABASE_ROUTERS = ["clear.guards.routers.GuardsRouter"]
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -296,7 +311,7 @@ CLEAR_TRACE_QUIET_SECONDS = env_float("CLEAR_TRACE_QUIET_SECONDS", 30.0)
 CLEAR_API_RATE = env_str("CLEAR_API_RATE", "600/min")  # "<n>/<s|min|h|d>"; empty: no limit
 CLEAR_API_SPAN_IO_MAX_CHARS = env_int("CLEAR_API_SPAN_IO_MAX_CHARS", 20_000)  # span input/output in trace detail
 CLEAR_API_TRACE_MAX_SPANS = env_int("CLEAR_API_TRACE_MAX_SPANS", 5_000)
-# The rate limit's counters: Redis when there is one, so every web process counts against the same limit.
+# The rate limit's counters: Redis when there is one, else the guard table; every web process counts against one limit.
 CLEAR_API_THROTTLE_CACHE = "api_throttle"
 # Failed logins and failed API keys (clear/projects/auth_throttle.py): at most CLEAR_AUTH_FAILURE_RATE ("<n>/<period>",
 # e.g. "10/15min"; empty: no limit) per (account, client address) and per client address, then 429 until the window
@@ -307,11 +322,12 @@ CLEAR_TRUSTED_PROXIES = env_list("CLEAR_TRUSTED_PROXIES", [])
 CLEAR_AUTH_THROTTLE_CACHE = "auth_throttle"
 
 
-def _shared_cache(local_name: str) -> dict:
-    """Redis when there is one (every web process sees the same entries), else this process' memory."""
+def _shared_cache(name: str) -> dict:
+    """Redis when there is one, else the guard table (clear/guards/cache.py): either way every web process sees the
+    same entries, so a limit is one limit however many workers gunicorn runs."""
     if REDIS_URL:
         return {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}
-    return {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": local_name}
+    return {"BACKEND": "clear.guards.cache.GuardCache", "LOCATION": name}
 
 
 CACHES = {
@@ -331,6 +347,9 @@ SPECTACULAR_SETTINGS.update({
     "COMPONENT_SPLIT_REQUEST": True,
     "ENUM_NAME_OVERRIDES": {
         "DiagnosisRunStatusEnum": "diagnosis.models.DiagnosisRun.Status",
+        # A target's state beside a job's: both fields are named "state"; the job's keeps the name it always had.
+        "EvolutionTargetStateEnum": "evolution.models.EvolutionTarget.State",
+        "StateEnum": "evolution.models.JobState",
         "DiagnosisRunPurposeEnum": "diagnosis.models.DiagnosisRun.Purpose",
         "FeedbackStatusEnum": "diagnosis.models.Feedback.Status",
         "InsightStatusEnum": "diagnosis.models.Insight.Status",
@@ -346,9 +365,21 @@ CLEAR_WEBHOOK_MAX_ATTEMPTS = env_int("CLEAR_WEBHOOK_MAX_ATTEMPTS", 8)
 CLEAR_WEBHOOK_BACKOFF_SECONDS = env_float("CLEAR_WEBHOOK_BACKOFF_SECONDS", 30.0)
 CLEAR_WEBHOOK_BACKOFF_MAX_SECONDS = env_float("CLEAR_WEBHOOK_BACKOFF_MAX_SECONDS", 1800.0)
 CLEAR_WEBHOOK_TIMEOUT_SECONDS = env_float("CLEAR_WEBHOOK_TIMEOUT_SECONDS", 10.0)
-# Webhook URLs reach only public addresses; true lets an on-premise operator allow loopback and private ones
-# (link-local, multicast and reserved stay refused). See clear/webhooks/targets.py.
+# Every connection made on a project's behalf reaches only public addresses, over its purpose's schemes (clear/outbound/
+# policy.py). Per purpose, ALLOW_PRIVATE lets an on-premise operator allow loopback and private addresses (link-local,
+# multicast and reserved stay refused whatever is set) and ALLOW_HTTP adds plain http where https is the rule.
+# Webhooks: http or https.
 CLEAR_WEBHOOK_ALLOW_PRIVATE = env_bool("CLEAR_WEBHOOK_ALLOW_PRIVATE", False)
+# The issue tracker's base_url (diagnosis/tickets/): https.
+CLEAR_TRACKER_ALLOW_PRIVATE = env_bool("CLEAR_TRACKER_ALLOW_PRIVATE", False)
+CLEAR_TRACKER_ALLOW_HTTP = env_bool("CLEAR_TRACKER_ALLOW_HTTP", False)
+# Git sources and push URLs of evolution targets: https or ssh (git's user@host:path included).
+CLEAR_GIT_ALLOW_PRIVATE = env_bool("CLEAR_GIT_ALLOW_PRIVATE", False)
+CLEAR_GIT_ALLOW_HTTP = env_bool("CLEAR_GIT_ALLOW_HTTP", False)
+# The model endpoints of evolution jobs started through the API or the web UI (with CLEAR_EVOLUTION_MODEL_HOSTS
+# below): https.
+CLEAR_EVOLUTION_MODEL_ALLOW_PRIVATE = env_bool("CLEAR_EVOLUTION_MODEL_ALLOW_PRIVATE", False)
+CLEAR_EVOLUTION_MODEL_ALLOW_HTTP = env_bool("CLEAR_EVOLUTION_MODEL_ALLOW_HTTP", False)
 # insight.regressed fires when an insight's frequency rose by at least this much (absolute, 0..1) since the last run
 # it occurred in (or when a fixed insight is reopened).
 CLEAR_INSIGHT_REGRESSION_DELTA = env_float("CLEAR_INSIGHT_REGRESSION_DELTA", 0.1)
@@ -372,8 +403,9 @@ CLEAR_EVOLUTION_SANDBOX_NPROC = env_int("CLEAR_EVOLUTION_SANDBOX_NPROC", 256)
 # Targets registered through the API: a git URL (https or ssh), or a local path under one of these directories
 # (empty: no local paths through the API; the operator's `manage.py evolution_target add` may name any path).
 CLEAR_EVOLUTION_SOURCE_ROOTS = env_list("CLEAR_EVOLUTION_SOURCE_ROOTS", [])
-# The model hosts ("host" or "host:port") a job started through the API or the web UI may send its API key to
-# (external backend's model_url, litellm's api_base): the key goes there, and litellm calls it from the worker.
+# The model hosts ("host" or "host:port"; a host without a port means port 443) a job started through the API or the
+# web UI may send its API key to (external backend's model_url, litellm's api_base, or where litellm sends the model
+# without one): the key goes there, and litellm calls it from the worker.
 CLEAR_EVOLUTION_MODEL_HOSTS = env_list("CLEAR_EVOLUTION_MODEL_HOSTS", [
     "api.openai.com", "api.anthropic.com", "generativelanguage.googleapis.com", "api.mistral.ai", "openrouter.ai"])
 # The environment variables a job's backend config may name as its api_key_env (the worker's value is handed to the
@@ -392,6 +424,9 @@ CLEAR_EVOLUTION_STAGE_TIME_LIMIT_SECONDS = env_int("CLEAR_EVOLUTION_STAGE_TIME_L
 # Hot-swap releases of a target live in <CLEAR_EVOLUTION_RELEASES_DIR>/<target id> (releases/, current, state.json);
 # blank: <CLEAR_EVOLUTION_DIR>/releases.
 CLEAR_EVOLUTION_RELEASES_DIR = env_str("CLEAR_EVOLUTION_RELEASES_DIR", "")
+# A clone, fetch or push of a target's repository (in the worker: registering a target, a job's prepare, its PR
+# branch) is killed after this many seconds, so a silent git host holds a worker no longer than this.
+CLEAR_GIT_TIMEOUT_SECONDS = env_float("CLEAR_GIT_TIMEOUT_SECONDS", 60.0)
 # Closing the loop: after a promotion, a diagnosis run with at least FIXED_MIN_JUDGED judged traces of the fixed
 # release (or later ones) in which the insight's frequency is under FIXED_BELOW marks it fixed and closes its ticket.
 CLEAR_INSIGHT_FIXED_BELOW = env_float("CLEAR_INSIGHT_FIXED_BELOW", 0.02)

@@ -52,8 +52,19 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_TEST_VISIBILITY_
 # the same database.
 DATABASES["default"].setdefault("TEST", {})["NAME"] = (  # noqa: F405
     f"test_clear_{os.getpid()}" if TEST_DATABASE == "postgres" else str(VAR_DIR / f"test_clear_{os.getpid()}.sqlite3"))  # noqa: F405
+if "guards" in DATABASES:  # noqa: F405 - SQLite: the guard table's own file, one per test process like the database
+    DATABASES["guards"].setdefault("TEST", {})["NAME"] = str(VAR_DIR / f"test_guards_{os.getpid()}.sqlite3")  # noqa
+    DATABASES["guards"]["CONN_MAX_AGE"] = 0  # noqa: F405
+    # Its table made from the model, as `manage.py guards_migrate` makes it: running every app's migrations
+    # there would run the custom operations that ignore the router (traces 0005 alters traces_trace).
+    DATABASES["guards"]["TEST"]["MIGRATE"] = False  # noqa: F405
 # Live-server request threads would otherwise keep connections open and block dropping the test database.
 DATABASES["default"]["CONN_MAX_AGE"] = 0  # noqa: F405
+# Unit tests count failures and cache dashboards in this process' memory, as they always did: on the guard table
+# every test that logs in would need its database. tests/foundation/test_shared_guards.py runs them on the table.
+if not REDIS_URL:  # noqa: F405
+    for _alias in (CLEAR_API_THROTTLE_CACHE, CLEAR_AUTH_THROTTLE_CACHE, "dashboards"):  # noqa: F405
+        CACHES[_alias] = {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": _alias}  # noqa: F405
 CLEAR_OUTBOX_DISPATCH_INTERVAL = 0.0  # every request dispatches: tests observe it deterministically
 # Pages show what the database holds right now: tests build data through the ORM, which no cache version sees;
 # tests/frontend/test_dashboard_cache.py turns the cache on.

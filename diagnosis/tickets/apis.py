@@ -61,8 +61,8 @@ class TicketOutputSerializer(serializers.Serializer):
     last_seen = serializers.DateTimeField(allow_null=True)
     merged_into_id = serializers.IntegerField(allow_null=True)
     external_number = serializers.IntegerField(allow_null=True, help_text="the issue's number on the tracker")
-    external_url = serializers.CharField()
-    push_error = serializers.CharField()
+    external_url = serializers.CharField(help_text="the issue's page, only when https on the tracker's own host")
+    push_error = serializers.CharField(help_text="the tracker's HTTP status and a fixed reason, never its own words")
     reopen_count = serializers.IntegerField()
     status_changed_at = serializers.DateTimeField(allow_null=True)
     created_at = serializers.DateTimeField()
@@ -172,7 +172,7 @@ class IssueTrackerOutputSerializer(serializers.Serializer):
     enabled = serializers.BooleanField()
     last_push_at = serializers.DateTimeField(allow_null=True)
     last_push_summary = serializers.DictField()
-    last_error = serializers.CharField()
+    last_error = serializers.CharField(help_text="the tracker's HTTP status and a fixed reason, never its own words")
     last_error_at = serializers.DateTimeField(allow_null=True)
 
 

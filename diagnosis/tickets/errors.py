@@ -24,13 +24,14 @@ class TicketPushConflictError(ConflictError):
 
 
 class IssueTrackerError(ClearError):
-    """The tracker answered with an error or could not be reached. `transient`: worth retrying later (network, 5xx,
-    rate limit); `fatal`: nothing else will work with this connection (bad token, no such repository)."""
+    """The tracker answered with an error or could not be reached. `reason`: one of tracker.FAILURE_REASONS (the
+    message says it with the status, never the tracker's own words); `transient`: worth retrying later (network,
+    5xx, rate limit); `fatal`: nothing else will work with this connection (bad token, no such repository)."""
 
     status_code = 502
     code = "issue_tracker_error"
 
-    def __init__(self, message: str, *, http_status: int | None = None, transient: bool = False,
-                 fatal: bool = False):
-        super().__init__(message, extra={"http_status": http_status})
-        self.http_status, self.transient, self.fatal = http_status, transient, fatal
+    def __init__(self, message: str, *, reason: str = "unexpected reply", http_status: int | None = None,
+                 transient: bool = False, fatal: bool = False):
+        super().__init__(message, extra={"http_status": http_status, "reason": reason})
+        self.http_status, self.reason, self.transient, self.fatal = http_status, reason, transient, fatal

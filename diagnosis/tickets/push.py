@@ -124,7 +124,7 @@ def _push_one(tracker: IssueTracker, ticket: Ticket, index: dict | None, summary
     return index
 
 
-def tickets_push(*, project: Project, session=None) -> PushSummary:
+def tickets_push(*, project: Project) -> PushSummary:
     """Create, update or close the project's issues so they match its tickets. Raises IssueTrackerError when the
     tracker refuses the connection (bad token, no repository, unreachable): the message is kept on the connection;
     a single ticket's refusal (422) is kept on that ticket and the push goes on."""
@@ -136,7 +136,7 @@ def tickets_push(*, project: Project, session=None) -> PushSummary:
     summary = PushSummary()
     try:
         tracker = IssueTracker(base_url=connection.base_url, repository=connection.repository,
-                               token=connection.token, session=session)
+                               token=connection.token)
         index = None
         for ticket in Ticket.objects.filter(project=project).order_by("pk"):
             try:

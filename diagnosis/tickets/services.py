@@ -27,6 +27,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from clear.outbound import OutboundInvalidError, outbound_url_check
 from clear.projects.models import Project
 from diagnosis.models import Insight, InsightLink
 
@@ -295,11 +296,24 @@ def _repository_clean(repository: str) -> str:
 
 
 def _base_url_clean(base_url: str) -> str:
-    parts = urlsplit((base_url or "").strip())
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise IssueTrackerInvalidError("base_url must be an absolute http:// or https:// URL, e.g. "
-                                       "https://api.github.com or https://github.example.com/api/v3")
-    return base_url.strip().rstrip("/")
+    """The base URL if the outbound policy lets the tracker reach it (https, a public address, unless the operator
+    widened it: CLEAR_TRACKER_ALLOW_HTTP, CLEAR_TRACKER_ALLOW_PRIVATE); each push checks it again and connects only
+    to the addresses it checked (tracker.py)."""
+    base_url = (base_url or "").strip()
+    try:
+        parts = urlsplit(base_url)
+        usable = parts.scheme in ("http", "https") and bool(parts.hostname)
+    except ValueError:  # an unclosed [ of an IPv6 address
+        usable = False
+    if not usable:
+        problem = ("must be an absolute http:// or https:// URL, e.g. https://api.github.com or "
+                   "https://github.example.com/api/v3")
+        raise IssueTrackerInvalidError(f"base_url {problem}", extra={"fields": {"base_url": [problem]}})
+    try:
+        outbound_url_check(url=base_url, purpose="tracker", field="base_url")
+    except OutboundInvalidError as exc:
+        raise IssueTrackerInvalidError(exc.message, extra={"fields": exc.extra["fields"]}) from None
+    return base_url.rstrip("/")
 
 
 def issue_tracker_connect(*, project: Project, repository: str, token: str | None = None,

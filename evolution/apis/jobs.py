@@ -78,7 +78,8 @@ class JobListApi(ProjectApi):
 class JobCreateApi(ProjectApi):
     """Start a job: the coding backend works on the target to fix the insight (given directly or through its
     ticket). It runs in the background; follow it on GET /api/v1/evolution/jobs/{job_id}/. 409 target_busy when
-    the target already has an active job; 400 for a bad backend config or a backend that is not usable here."""
+    the target already has an active job, 409 target_not_ready while it is cloning or after it failed (`extra`
+    names its state and reason); 400 for a bad backend config or a backend that is not usable here."""
 
     class InputSerializer(serializers.Serializer):
         target = serializers.IntegerField(**ID, help_text="a target id")
@@ -112,6 +113,7 @@ class JobCreateApi(ProjectApi):
                    responses={201: JobOutputSerializer,
                               404: OpenApiResponse(description="the target, insight or ticket is not in this project"),
                               409: OpenApiResponse(description="target_busy: the target has an active job; "
+                                                               "target_not_ready: it is cloning or failed; "
                                                                "insight_fix_exists: the insight has a live or "
                                                                "pending fix and `confirm` is not true")})
     def post(self, request: Request) -> Response:

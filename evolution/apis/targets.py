@@ -58,11 +58,13 @@ class TargetListApi(ProjectApi):
 
 
 class TargetCreateApi(ProjectApi):
-    """Register a target. Its commands and sandbox levels come from the repository's own evolution.json (read at
-    `default_branch`) and run only in the sandbox; a config given here may repeat them, not change them. Its config
-    is validated: 400 evolution_config_invalid with `extra.fields` naming every bad field (e.g.
-    `diff_budget.max_files`, `source`, `config.trial_command`, `config.hot_swap`); 409 target_exists for a taken
-    name."""
+    """Register a target; the answer comes at once, the target `cloning` while a worker reads the repository
+    (within CLEAR_GIT_TIMEOUT_SECONDS), then `ready` or `failed` with `state_reason` (GET it again). Its commands
+    and sandbox levels come from the repository's own evolution.json (read at `default_branch`) and run only in the
+    sandbox; a config given here may repeat them, not change them (another value ends the target failed, naming
+    `config.<field>`). What needs no repository is checked now: 400 evolution_config_invalid with `extra.fields`
+    naming every bad field (e.g. `diff_budget.max_files`, `source`, `config.hot_swap`); 409 target_exists for a
+    taken name."""
 
     @extend_schema(operation_id="evolution_targets_create", request=TargetInputSerializer,
                    responses={201: TargetOutputSerializer, 409: OpenApiResponse(description="the name is taken")})
@@ -85,7 +87,8 @@ class TargetDetailApi(ProjectApi):
 class TargetUpdateApi(ProjectApi):
     """Change a target's config, source, default branch or push URL (validated and confined as on create); 400
     target_busy while it has an active job. The commands, sandbox_levels, hot_swap and scripted_fixtures stay as
-    stored: left out, kept; sent back unchanged, fine; changed, 400 naming `config.<field>`."""
+    stored: left out, kept; sent back unchanged, fine; changed, 400 naming `config.<field>`. A new source or branch,
+    or any change to a failed target, puts it back to `cloning` while a worker reads the repository again."""
 
     class InputSerializer(serializers.Serializer):
         source = serializers.CharField(max_length=MAX_SOURCE_BYTES, required=False, help_text=SOURCE_HELP)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import copy
+import http.client
 import importlib.metadata
 import json
 import os
@@ -121,7 +122,8 @@ class LiteLLMPatcherBackend(CodingBackend):
             urllib.request.urlopen(self.api_base.rstrip("/") + "/models", timeout=PREFLIGHT_TIMEOUT_S).close()
         except urllib.error.HTTPError:
             pass  # any HTTP answer (401, 404, 501...) shows the server is up; only the transport matters here
-        except (urllib.error.URLError, OSError, ValueError) as error:
+        # http.client.InvalidURL (a port that is no number) is no ValueError.
+        except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as error:
             reason = getattr(error, "reason", error)
             return Preflight(ok=False, version=version, error=f"the API base {self.api_base} does not answer: {reason}")
         return Preflight(ok=True, version=version)

@@ -1,7 +1,7 @@
 """What the REST API and the pages do on top of the orchestrator's services (evolution/services/jobs.py, targets.py):
-the promotion mode of a new job, starting a job again from the live release, and a target whose repository cannot
-be read reported as a bad `source` (the client's mistake) rather than a server error. Approving and discarding are
-a person's (evolution_job_consent, evolution_job_discard): no project key reaches them (evolution/apis/jobs.py)."""
+the promotion mode of a new job, starting a job again from the live release, and registering a target without
+waiting for its repository (a worker reads it). Approving and discarding are a person's (evolution_job_consent,
+evolution_job_discard): no project key reaches them (evolution/apis/jobs.py)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from django.db import transaction
 from clear.errors import ClearError, ConflictError
 from evolution.errors import EvolutionConfigInvalid, GitError
 from evolution.models import EvolutionJob, EvolutionTarget, JobState
-from evolution.services.confinement import git_error_reason, script_path_check
+from evolution.services.confinement import script_path_check
 from evolution.services.jobs import (
-    _target_idle_check, audit, evolution_job_discard, evolution_job_start, job_backend_preflight,
+    _target_idle_check, audit, evolution_job_discard, evolution_job_start, job_backend_preflight, target_ready_check,
 )
 from evolution.services.targets import evolution_target_add
 
@@ -26,27 +26,23 @@ MODES = ("pr", "hot_swap")
 
 def evolution_target_register(*, project, name: str, source: str, config: dict | None = None,
                               default_branch: str = "", push_url: str = "", created_by=None) -> EvolutionTarget:
-    """Add a target for an API or web user, confined (services/confinement.py). The repository's own evolution.json
-    is read either way: without `config` it is the config, with one it gives the commands and sandbox levels, which
-    `config` may repeat but not change (a repository that cannot be cloned or has no such file is a 400 naming
-    `source` or `config`, git's own words left out)."""
-    try:
-        return evolution_target_add(project=project, name=name, source=source, config=config,
-                                    default_branch=default_branch, push_url=push_url, created_by=created_by,
-                                    operator=False)
-    except GitError as exc:
-        reason = git_error_reason(exc)
-        raise EvolutionConfigInvalid(f"source: cannot read the repository ({reason})",
-                                     extra={"fields": {"source": reason}}) from None
+    """Add a target for an API or web user, confined (services/confinement.py), and answer at once: the target is
+    `cloning` until a worker has read the repository's evolution.json (services/target_cloning.py). Without
+    `config` that file is the config; with one it gives the commands and sandbox levels, which `config` may repeat
+    but not change. A bad name, source or config field is a 400 now; what only the repository can tell (no such
+    repository or branch, no evolution.json, other commands) ends the target `failed` with the reason."""
+    return evolution_target_add(project=project, name=name, source=source, config=config,
+                                default_branch=default_branch, push_url=push_url, created_by=created_by,
+                                operator=False)
 
 
 def backend_config_confine(*, target: EvolutionTarget, backend_name: str, backend_config: dict) -> None:
     """What an API or web user may put in a backend config (the operator's `manage.py evolution_job` is not
     checked): a scripted job's script file is one the operator listed for the target, an API key variable is
     one of CLEAR_EVOLUTION_BACKEND_ENV_ALLOW (the backends check that again when they are built), and the model
-    host is one of CLEAR_EVOLUTION_MODEL_HOSTS."""
-    from evolution.backends.key_env import api_key_env_check, model_host_check
-    from evolution.backends.templates import TEMPLATES
+    endpoint is one the operator allows (https, one of CLEAR_EVOLUTION_MODEL_HOSTS, a public address: key_env.py),
+    checked again before each role unless the operator started the job (services/roles.py)."""
+    from evolution.backends.key_env import api_key_env_check, backend_model_check
 
     if not isinstance(backend_config, dict):
         return  # backend_get says what it must be
@@ -54,9 +50,7 @@ def backend_config_confine(*, target: EvolutionTarget, backend_name: str, backen
         script_path_check(target=target, backend_config=backend_config)
     elif backend_name in ("external", "litellm"):
         api_key_env_check(name=backend_config.get("api_key_env"), backend=backend_name)
-        template = TEMPLATES.get(backend_config.get("template")) if backend_name == "external" else None
-        model_host_check(backend=backend_name, config=backend_config,
-                         default_url=getattr(template, "default_model_url", None))
+        backend_model_check(backend=backend_name, config=backend_config)
 
 
 def job_mode(job: EvolutionJob) -> str:
@@ -78,6 +72,7 @@ def evolution_job_create(*, project, target: EvolutionTarget, insight, backend_n
     (`evolution_insight_fix_note`) needs `confirm=True`: 409 insight_fix_exists otherwise, naming the fix."""
     from evolution.selectors import evolution_insight_fix_note
 
+    target_ready_check(target=target)  # 409 first: a target still cloning has no config to check the rest against
     if mode not in MODES:
         raise EvolutionConfigInvalid(f"mode: {mode!r} is not one of {', '.join(MODES)}",
                                      extra={"fields": {"mode": f"one of {', '.join(MODES)}"}})

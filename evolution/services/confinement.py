@@ -36,7 +36,10 @@ OPERATOR_COMMAND = "manage.py evolution_target add/update"
 SCP_RE = re.compile(r"^[A-Za-z0-9._+-]+@[A-Za-z0-9][A-Za-z0-9.-]*:\S")
 SCHEME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")  # another URL scheme, or git's <transport>::<address>
 _GIT_REASONS = (
+    (("address not allowed",), "its address is not allowed: Clear reaches public git hosts over https:// or ssh:// "
+                               "(the operator can widen this: CLEAR_GIT_ALLOW_PRIVATE, CLEAR_GIT_ALLOW_HTTP)"),
     (("is not a commit",), "the branch, tag or commit to read does not exist"),
+    (("returned error: 30",), "the server answered with a redirect, which Clear does not follow"),
     (("did not finish within",), "it took too long"),
     (("could not resolve host", "name or service not known", "temporary failure in name resolution"),
      "the host name does not resolve"),
@@ -91,19 +94,27 @@ def clear_dirs() -> list[str]:
 
 
 def _remote_check(source: str, field: str) -> str:
-    if SCP_RE.match(source):
-        return source
-    scheme = source.split(":", 1)[0].lower()
-    if scheme in REMOTE_SCHEMES and source[len(scheme):].startswith("://"):
+    if not SCP_RE.match(source):
+        scheme = source.split(":", 1)[0].lower()
+        if scheme not in (*REMOTE_SCHEMES, "http") or not source[len(scheme):].startswith("://"):
+            raise _refuse(field, f"this kind of URL ({scheme}:) is not accepted; give an https:// or ssh:// git URL, "
+                                 "or user@host:path")
         try:
             host = urlsplit(source).hostname or ""
         except ValueError:
             host = ""
         if not host or host.startswith("-"):
             raise _refuse(field, f"the {scheme}:// URL names no host")
-        return source
-    raise _refuse(field, f"this kind of URL ({scheme}:) is not accepted; give an https:// or ssh:// git URL, or "
-                         "user@host:path")
+    # The outbound policy (clear/outbound): no loopback, private or metadata address in any spelling, checked again
+    # and pinned at every clone, fetch and push.
+    from clear.outbound import OutboundInvalidError, outbound_url_check
+
+    try:
+        outbound_url_check(url=source, purpose="git", field=field)
+    except OutboundInvalidError as exc:
+        problem = (exc.extra.get("fields") or {}).get(field) or [exc.message]
+        raise _refuse(field, problem[0] if isinstance(problem, list) else str(problem)) from None
+    return source
 
 
 def _taken_by_another_project(real: str, *, project) -> bool:
@@ -193,6 +204,30 @@ def operator_fields_keep(*, config: dict, stored: dict | None, from_repository: 
             refused.update(exc.extra.get("fields") or {})
         raise _refused_all(refused)
     return merged
+
+
+def config_requested_check(*, config) -> None:
+    """What can be said of a new target's config before a worker reads its repository, so that it is a 400 at once:
+    a JSON object (or none), without hot_swap or scripted_fixtures, its own fields valid. Its commands and sandbox
+    levels are held against the repository's evolution.json when that is read."""
+    from evolution.config import target_config_validate
+
+    if config is None:
+        return
+    if not isinstance(config, dict):
+        target_config_validate(config)  # says what it must be
+        return
+    refused = {f"config.{key}": f"only the operator can set this: {OPERATOR_COMMAND} --config FILE. Leave it out"
+               for key in HOST_FIELDS if config.get(key) is not None}
+    # The repository's commands are not known yet: stand-ins that validate, so only the client's own fields are judged.
+    stand_ins = {key: _PROBE_CONFIG[key] for key in ("trial_command", "grader_command")}
+    own = {key: value for key, value in config.items() if key not in OPERATOR_FIELDS}
+    try:
+        target_config_validate({**stand_ins, **own})
+    except EvolutionConfigInvalid as exc:
+        refused.update(exc.extra.get("fields") or {})
+    if refused:
+        raise _refused_all(refused)
 
 
 def _refused_all(fields: dict[str, str]) -> EvolutionConfigInvalid:

@@ -1,4 +1,5 @@
-"""The beat-scheduled janitor: jobs whose worker died, orphaned worktrees, consent that waited too long, lost sends."""
+"""The beat-scheduled janitor: jobs whose worker died, orphaned worktrees, consent that waited too long, lost sends,
+target clones lost or never claimed."""
 
 from __future__ import annotations
 
@@ -95,6 +96,7 @@ def worktrees_prune() -> list[str]:
 
 def janitor_run() -> dict:
     from evolution.services.rollbacks import rollbacks_janitor
+    from evolution.services.target_cloning import target_clones_janitor
 
     return {"failed": jobs_fail_stale(), "resent": jobs_resend_queued(), "expired": consent_expire(),
-            "pruned": worktrees_prune(), **rollbacks_janitor()}
+            "pruned": worktrees_prune(), **rollbacks_janitor(), **target_clones_janitor()}

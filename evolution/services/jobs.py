@@ -60,6 +60,26 @@ class TargetBusyError(ConflictError):
     code = "target_busy"
 
 
+class TargetNotReadyError(ConflictError):
+    code = "target_not_ready"
+
+
+def target_ready_check(*, target: EvolutionTarget) -> None:
+    """A job starts only on a target whose repository a worker has read: not while it is cloning, nor once that
+    failed. Read afresh: the clone may have ended since the caller loaded the target."""
+    state, reason = EvolutionTarget.objects.filter(pk=target.pk).values_list("state", "state_reason").first() \
+        or (EvolutionTarget.State.READY, "")
+    if state == EvolutionTarget.State.READY:
+        return
+    if state == EvolutionTarget.State.CLONING:
+        message = (f"Target {target.name!r} is cloning: a worker is still reading its repository. Start the job once "
+                   "the target is ready (its page and GET /api/v1/evolution/targets/{id}/ show its state)")
+    else:
+        message = (f"Target {target.name!r} is failed: {reason}. Correct its source, branch or config and save it: "
+                   "a worker reads the repository again")
+    raise TargetNotReadyError(message, extra={"state": state, "state_reason": reason})
+
+
 def job_transition(*, job_id: int, from_states: Iterable[str], to_state: str, actor: str, event: str,
                    data: dict | None = None, keep_stage_id: int | None = None, **fields) -> EvolutionJob:
     """Move a job between states under its row lock; the audit event is written in the same transaction.
@@ -148,6 +168,7 @@ def evolution_job_start(*, project, target: EvolutionTarget, insight, backend_na
     if target.project_id != project.pk or insight.project_id != project.pk or (
             ticket is not None and ticket.project_id != project.pk):
         raise NotFoundError("The target, the insight and the ticket must belong to this project")
+    target_ready_check(target=target)
     target_config = target_config_validate(target.config)
     policy = job_policy_build(depth=depth, target_config=target_config, overrides=policy_overrides)
     backend = backend_get(name=backend_name, config=backend_config)  # unknown name or bad config: BackendError

@@ -11,6 +11,7 @@ import jsonschema
 
 from evolution import git
 from evolution.backends import Access, BackendCrashed, Role, RoleRequest, RoleResult, backend_get
+from evolution.backends.key_env import backend_model_check
 from evolution.models import EvolutionJob, StageRun
 from evolution.services.workspace import Heartbeat
 
@@ -98,6 +99,10 @@ def role_run(*, job: EvolutionJob, stage_run: StageRun, role: Role, iteration: i
     system_prompt = SYSTEM_PROMPTS[role]
     if role == Role.IMPLEMENTER:
         system_prompt += "\n" + implementer_rules(job.target_config)
+    if not job.config_snapshot.get("operator"):
+        # Again at each role, in the worker's environment: a job saved before the check or a narrower setting, a
+        # provider variable the worker sets, a name that resolves elsewhere now (litellm resolves it once more).
+        backend_model_check(backend=job.backend_name, config=job.backend_config)
     backend = backend_get(name=job.backend_name, config=job.backend_config)
     Heartbeat.on_stop(backend.cancel)
     log_dir.mkdir(parents=True, exist_ok=True)

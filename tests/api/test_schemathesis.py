@@ -6,8 +6,14 @@ The evolution target create and update operations get many more, with bodies dra
 schemathesis's: a `source` from path-like strings (absolute, relative and `~`; components past the 255-byte name
 limit; 4,096+ characters in all; unicode, NUL and control characters) and git-URL-like strings, and a `config`
 from a valid evolution config with fields mutated (4,096+ character commands, wrong types, hot_swap sections,
-unknown sandbox levels, deeply nested JSON). The number of generated cases is written to the terminal at the end of
-the module, and is each test's `generated_cases` user property (which xdist's workers send to the controller)."""
+unknown sandbox levels, deeply nested JSON).
+
+Three more get bodies of their own (issue 38): evolution jobs whose model URL is drawn (user info, backslashes, odd
+ports; no job is ever started), the issue tracker connected to a fake tracker whose every reply is drawn (status,
+body, headers, issue links elsewhere) with a push and the reads after it, none of which may repeat the reply, and
+/api/public/scores (outside /api/v1/) with values past the float range. The number of generated cases is written to
+the terminal at the end of the module, and is each test's `generated_cases` user property (which xdist's workers send
+to the controller)."""
 
 import copy
 import json
@@ -33,9 +39,11 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
+from diagnosis.tickets.models import Ticket
 from evolution.models import EvolutionTarget
 from examples.support_desk.target_repo import EVOLUTION_CONFIG
 from tests.api.test_scoping import OPERATIONS, PATH_OBJECTS, QUERY_OBJECTS
+from tests.tickets.fake_github import FakeGitHub
 
 EXAMPLES_PER_OPERATION = 25
 TARGET_EXAMPLES = 150  # per target operation, besides the explicit @examples
@@ -50,9 +58,10 @@ def _case_count(request):
     yield
     if not CASES:
         return
-    line = (f"schemathesis: {CASES['all operations'] + CASES['target operations']} generated cases "
-            f"({CASES['all operations']} over the schema's operations, {CASES['target operations']} on the evolution "
-            f"target create and update operations), {CASES['requests']} requests")
+    total = CASES["all operations"] + CASES["target operations"] + CASES["side operations"]
+    line = (f"schemathesis: {total} generated cases ({CASES['all operations']} over the schema's operations, "
+            f"{CASES['target operations']} on the evolution target create and update operations, "
+            f"{CASES['side operations']} on jobs' model URLs, the tracker and scores), {CASES['requests']} requests")
     reporter = request.config.pluginmanager.get_plugin("terminalreporter")
     capture = request.config.pluginmanager.get_plugin("capturemanager")
     if reporter is not None and capture is not None:
@@ -363,3 +372,175 @@ def test_target_sources_and_configs_keep_to_the_schema(method, path, served_sche
         check()
     request.node.user_properties.append(("generated_cases", CASES["target operations"] - before))
     assert CASES["target operations"] - before >= TARGET_EXAMPLES + len(TARGET_EXAMPLE_BODIES)
+
+
+# --- evolution jobs, the issue tracker, scores: inputs bound for another server, answers from one, huge numbers ---
+
+SIDE_EXAMPLES = 60  # per operation below, besides the explicit @examples
+ECHO = "ECHO-c41d2e-from-the-tracker"  # in every reply of the fake tracker: no API answer may repeat it
+# The model hosts allowed here answer nothing (a closed port, a name that never resolves): a preflight that gets that
+# far fails at once, and no generated job reaches a model. URLs that parsers read differently (user info, a
+# backslash, odd ports) aim one host at the check and another at the call.
+MODEL_HOSTS = ["127.0.0.1:9", "model.invalid"]
+MODEL_URLS = st.one_of(
+    st.builds(lambda scheme, userinfo, host, path: f"{scheme}{userinfo}{host}/{path}",
+              st.sampled_from(["http://", "https://", "HTTPS://", "ftp://", "//", ""]),
+              st.sampled_from(["", "user@", "user:pw@", "127.0.0.1:9\\@", "x\\@", "@", "%40@"]),
+              st.sampled_from(["127.0.0.1:9", "127.0.0.1:9\\@model.invalid", "model.invalid\\@127.0.0.1:9",
+                               "127.0.0.1:9\\.invalid", "[::1]:9", "[::ffff:127.0.0.1]:9", "127.0.0.1:99999",
+                               "127.0.0.1:9a", "127.0.0.1:", "127.0.0.1:-9", "0x7f.1:9", "2130706433:9",
+                               "model.invalid"]),
+              URL_PATH),
+    URLS, st.text(max_size=40), JSON_VALUES,
+)
+
+
+@st.composite
+def job_bodies(draw):
+    """A litellm or external job whose model URL is drawn; the target is busy, so none is ever started."""
+    backend = draw(st.sampled_from(["litellm", "external"]))
+    url = draw(MODEL_URLS)
+    if backend == "litellm":
+        config = {"model": draw(st.sampled_from(["openai/gpt-4o-mini", "openai/x", "x"])), "api_base": url}
+    else:
+        config = {"template": draw(st.sampled_from(["custom", "claude", "codex", "aider", "mini", "nope"])),
+                  "command": "no-such-agent-cli", "model_url": url}
+    key = draw(st.sampled_from([None, "OPENAI_API_KEY", "SECRET_KEY", ""]))
+    if key is not None:
+        config["api_key_env"] = key
+    return {"backend": backend, "backend_config": config, "confirm": draw(st.booleans()),
+            "depth": draw(st.sampled_from(["standard", "shallow"]))}
+
+
+# Sent every run: on the parent of issue 38's fix the first was a 500 (http.client.InvalidURL from the preflight).
+JOB_EXAMPLE_BODIES = [
+    {"backend": "litellm", "confirm": True,
+     "backend_config": {"model": "openai/x", "api_base": "http://127.0.0.1:9\\@model.invalid/v1"}},
+    {"backend": "litellm", "confirm": True,
+     "backend_config": {"model": "openai/x", "api_base": "http://model.invalid\\@127.0.0.1:9/v1"}},
+    {"backend": "external", "confirm": True,
+     "backend_config": {"template": "custom", "command": "no-such-agent-cli",
+                        "model_url": "https://127.0.0.1:9@model.invalid"}},
+]
+
+TRACKER_BODIES = st.one_of(
+    st.just({"message": f"<b>{ECHO}</b>", "errors": [{"message": ECHO, "code": ECHO}, ECHO],
+             "documentation_url": f"https://{ECHO}.invalid"}),
+    st.just([{"number": 1, "title": ECHO, "body": "<!-- clear-fingerprint: 0123456789abcdef -->",
+              "html_url": f"https://{ECHO}.invalid/1", "state": ECHO}]),
+    st.just({"number": 10 ** 30, "html_url": ECHO}),
+    st.just(f"<html>{ECHO}</html>".encode()),
+    st.just(b'{"number": 1e999, "message": "' + ECHO.encode() + b'"}'),
+    st.builds(lambda value: {"number": value, "html_url": f"https://{ECHO}.invalid/", "message": ECHO}, JSON_VALUES),
+)
+TRACKER_HEADERS = st.sampled_from([{}, {"X-RateLimit-Remaining": "0"}, {"Retry-After": ECHO},
+                                   {"Location": f"https://{ECHO}.invalid/"},
+                                   {"Link": f'<https://{ECHO}.invalid/next>; rel="next"'}])
+TRACKER_REPLIES = st.fixed_dictionaries({
+    "method": st.sampled_from([None, "GET", "POST", "PATCH"]),
+    "status": st.sampled_from([200, 201, 204, 301, 400, 401, 403, 404, 410, 418, 422, 429, 500, 502, 503]),
+    "body": TRACKER_BODIES, "headers": TRACKER_HEADERS,
+    "html_base": st.sampled_from([None, f"https://{ECHO}.invalid", "http://127.0.0.1", "javascript:alert(1)//",
+                                  "https://127.0.0.1@elsewhere.invalid", "https://elsewhere.invalid\\@127.0.0.1"]),
+})
+
+
+def _no_echo(response) -> None:
+    assert ECHO not in response.text, response.text[:1000]
+
+
+def test_evolution_jobs_with_drawn_model_urls_keep_to_the_schema(served_schema, mine, request):
+    operation = served_schema["/api/v1/evolution/jobs/"]["POST"]
+    headers = {"Authorization": f"Bearer {mine.key.secret}"}
+    before = CASES["side operations"]
+
+    @given(case=operation.as_strategy(), body=job_bodies())
+    @settings(max_examples=SIDE_EXAMPLES, deadline=None, derandomize=True, database=None,
+              suppress_health_check=list(HealthCheck))
+    def check(case, body):
+        CASES["side operations"] += 1
+        generated = case.body if isinstance(case.body, dict) else {}
+        generated.pop("ticket", None)
+        # mine.target has a queued job: a config that passes every check still starts nothing (409 target_busy).
+        case.body = {**generated, **body, "target": mine.target.id, "insight": mine.insight.id}
+        case.media_type = "application/json"
+        _call_and_check(case, headers)
+
+    for body in reversed(JOB_EXAMPLE_BODIES):
+        check = example(case=operation.Case(body={}, media_type="application/json"), body=body)(check)
+    with override_settings(CLEAR_EVOLUTION_MODEL_HOSTS=MODEL_HOSTS):
+        check()
+    request.node.user_properties.append(("generated_cases", CASES["side operations"] - before))
+
+
+def test_the_tracker_and_its_push_keep_to_the_schema_and_echo_nothing(served_schema, mine, request):
+    headers = {"Authorization": f"Bearer {mine.key.secret}"}
+    put = served_schema["/api/v1/tickets/tracker/"]["PUT"]
+    push = served_schema["/api/v1/tickets/push/"]["POST"]
+    reads = [served_schema["/api/v1/tickets/tracker/"]["GET"].Case(),
+             served_schema["/api/v1/tickets/"]["GET"].Case(query={"status": "all"}),
+             served_schema["/api/v1/tickets/{ticket_id}/"]["GET"].Case(path_parameters={"ticket_id": mine.ticket.id})]
+    before = CASES["side operations"]
+    fake = FakeGitHub(repository="acme/agent").start()
+    try:
+        @given(case=put.as_strategy(), reply=TRACKER_REPLIES)
+        @settings(max_examples=SIDE_EXAMPLES, deadline=None, derandomize=True, database=None,
+                  suppress_health_check=list(HealthCheck))
+        def check(case, reply):
+            CASES["side operations"] += 1
+            fake.issues.clear()
+            fake.replies = {reply["method"]: (reply["status"], reply["body"], reply["headers"])} \
+                if reply["method"] else {}
+            fake.html_base = reply["html_base"]
+            Ticket.objects.filter(pk=mine.ticket.pk).update(external_number=None, external_url="", pushed_hash="",
+                                                             push_error="")
+            generated = case.body if isinstance(case.body, dict) else {}
+            case.body = {**generated, "base_url": fake.url, "repository": fake.repository, "token": fake.token,
+                         "enabled": True}
+            case.media_type = "application/json"
+            _no_echo(_call_and_check(case, headers))
+            _no_echo(_call_and_check(push.Case(), headers))  # eager Celery: the push runs inside the request
+            for read in reads:
+                _no_echo(_call_and_check(read, headers))
+            external_url = Ticket.objects.get(pk=mine.ticket.pk).external_url
+            assert external_url == "" or external_url.startswith(f"https://127.0.0.1:{fake.server.server_address[1]}/")
+
+        # The fake tracker is on http://127.0.0.1, which the operator must allow (clear/outbound/policy.py).
+        with override_settings(CLEAR_TRACKER_ALLOW_PRIVATE=True, CLEAR_TRACKER_ALLOW_HTTP=True):
+            check()
+    finally:
+        fake.stop()
+    request.node.user_properties.append(("generated_cases", CASES["side operations"] - before))
+
+
+SCORE_VALUES = st.one_of(NUMBERS, st.integers(300, 4000).map(lambda digits: -(10 ** digits)), JSON_VALUES,
+                         st.sampled_from([True, "NaN", "1e999", 1e308, -0.0, "", "x" * HUGE]))
+SCORES = st.fixed_dictionaries(
+    {"traceId": st.one_of(st.just("scored-trace"), st.text(max_size=40)), "name": st.text(max_size=30),
+     "value": SCORE_VALUES},
+    optional={"dataType": st.sampled_from(["NUMERIC", "CATEGORICAL", "BOOLEAN", "TEXT", "CORRECTION", "nope"]),
+              "id": st.text(max_size=40), "observationId": st.one_of(st.none(), st.text(max_size=20)),
+              "comment": st.one_of(st.none(), st.text(max_size=30))})
+
+
+def test_scores_with_drawn_values_keep_to_the_schema(served_schema, mine, request):
+    """/api/public/scores is described by traces/schema.py, outside /api/v1/: its values reach a float column."""
+    operation = served_schema["/api/public/scores"]["POST"]
+    headers = {"Authorization": f"Bearer {mine.key.secret}"}
+    before = CASES["side operations"]
+
+    @given(case=operation.as_strategy(), body=st.one_of(SCORES, st.lists(SCORES, min_size=1, max_size=3)))
+    @settings(max_examples=SIDE_EXAMPLES, deadline=None, derandomize=True, database=None,
+              suppress_health_check=list(HealthCheck))
+    def check(case, body):
+        CASES["side operations"] += 1
+        case.body = body
+        case.media_type = "application/json"
+        _call_and_check(case, headers)
+
+    # On the parent of issue 38's fix a value of 400 digits was a 500 (OverflowError in float()).
+    big = {"traceId": "scored-trace", "name": "big", "value": 10 ** 400}
+    for body in (big, [big, {**big, "value": 1}]):
+        check = example(case=operation.Case(body={}, media_type="application/json"), body=body)(check)
+    check()
+    request.node.user_properties.append(("generated_cases", CASES["side operations"] - before))

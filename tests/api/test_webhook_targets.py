@@ -15,7 +15,7 @@ from collections import Counter
 import pytest
 from rest_framework.test import APIClient
 
-from clear.webhooks import targets, transport
+from clear.outbound import policy
 from clear.webhooks.errors import WebhookTargetRefusedError
 from clear.webhooks.models import Webhook, WebhookDelivery
 from clear.webhooks.services import webhook_create, webhook_delivery_attempt, webhook_event_emit
@@ -223,13 +223,13 @@ def test_redirects_are_recorded_not_followed(project, settings):
 
 def test_only_a_public_address_answer_is_kept_and_only_its_first_kilobyte(project, settings, monkeypatch):
     """The Receiver stands in for a public receiver: the classification is told 127.0.0.1 is public."""
-    real = targets.webhook_address_kind
+    real = policy.outbound_address_kind
 
     def loopback_counts_as_public(*, address):
         return None if address == ipaddress.ip_address("127.0.0.1") else real(address=address)
 
-    monkeypatch.setattr(targets, "webhook_address_kind", loopback_counts_as_public)
-    monkeypatch.setattr(transport, "webhook_address_kind", loopback_counts_as_public)
+    # The one classification every outbound check and the pinned connection ask (clear/outbound/policy.py).
+    monkeypatch.setattr(policy, "outbound_address_kind", loopback_counts_as_public)
     settings.CLEAR_WEBHOOK_MAX_ATTEMPTS = 1
     with Receiver(statuses=[500], body="é".encode() * 1500) as receiver:
         webhook_create(project=project, url=receiver.url, events=["insight.created"])

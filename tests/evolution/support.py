@@ -92,3 +92,23 @@ def prompts(job) -> list[dict]:
 # A marker in a file only root may read (the `secret_file` fixture): found in anything a key holder can
 # download, it proves a read with the worker's rights.
 SECRET = "ROOT-ONLY-SECRET-7d1f"
+
+
+def target_register(client, body: dict, *, path: str = "/api/v1/evolution/targets/"):
+    """POST a registration through the API and run the clone it sends after commit (eagerly, in this process):
+    the POST's response (201 `cloning`, or a 400) and the target as GET reads it afterwards (None when refused)."""
+    from django.test import TestCase
+
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        response = client.post(path, body, format="json")
+    if response.status_code != 201:
+        return response, None
+    return response, client.get(f"{path}{response.json()['id']}/").json()
+
+
+def form_post(client, url: str, data: dict):
+    """POST a web form, running what it sends after commit (a target's clone) eagerly, in this process."""
+    from django.test import TestCase
+
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        return client.post(url, data)

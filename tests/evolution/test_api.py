@@ -13,7 +13,7 @@ from clear.projects.services import api_key_create
 from diagnosis.tickets.models import Ticket
 from evolution.models import AuditEvent, EvolutionJob
 from tests.evolution.fixture_repo import CONFIG, FIXED_BRANCH, replace_edit
-from tests.evolution.support import happy_entries, script_write
+from tests.evolution.support import happy_entries, script_write, target_register
 from tests.frontend.conftest import client_for
 
 pytestmark = pytest.mark.django_db
@@ -57,12 +57,20 @@ def test_a_bad_target_config_is_a_400_naming_every_bad_field(api, router_remote,
     assert set(fields) == {"diff_budget.max_files", "colour"}, fields
     for name in fields:
         assert name in body["message"]
-    # The commands and sandbox levels are the repository's: another value is refused, each field named.
+    # The commands and sandbox levels are the repository's, known once a worker has read it: the client's own bad
+    # fields are still named at once; another command or level ends the target failed, each named.
     changed = {**config, "trial_command": "python -m router --out {out}", "sandbox_levels": ["chroot"]}
     response = api.post(TARGETS, {"name": "router", "source": str(router_remote), "config": changed}, format="json")
     assert response.status_code == 400, response.content
-    assert set(response.json()["extra"]["fields"]) == {"config.trial_command", "config.sandbox_levels",
-                                                        "diff_budget.max_files", "colour"}
+    assert set(response.json()["extra"]["fields"]) == {"diff_budget.max_files", "colour"}
+    commands_changed = {**CONFIG, "trial_command": changed["trial_command"], "sandbox_levels": ["chroot"]}
+    response, target = target_register(api, {"name": "router", "source": str(router_remote),
+                                             "config": commands_changed})
+    assert response.status_code == 201 and response.json()["state"] == "cloning", response.content
+    assert target["state"] == "failed" and target["config"] == {}, target
+    for field in ("config.trial_command", "config.sandbox_levels"):
+        assert field in target["state_reason"], target["state_reason"]
+    assert api.delete(f"{TARGETS}{target['id']}/").status_code == 204
     # The operator's config is validated the same way, every bad field named.
     with pytest.raises(EvolutionConfigInvalid) as raised:
         evolution_target_add(operator=True, project=project, name="router", source=str(router_remote), config=changed)
@@ -75,9 +83,9 @@ def test_a_bad_target_config_is_a_400_naming_every_bad_field(api, router_remote,
 
 
 def test_targets_crud(api, router_remote, project, refund_insight, script):
-    response = api.post(TARGETS, {"name": "router", "source": str(router_remote)}, format="json")
+    response, target = target_register(api, {"name": "router", "source": str(router_remote)})
     assert response.status_code == 201, response.content
-    target = response.json()
+    assert response.json()["state"] == "cloning" and target["state"] == "ready", target
     assert target["config"]["trial_command"] == CONFIG["trial_command"]  # read from the repo's evolution.json
     assert api.post(TARGETS, {"name": "router", "source": str(router_remote)}, format="json").json()["code"] \
         == "target_exists"

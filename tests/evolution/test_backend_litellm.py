@@ -8,6 +8,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -329,7 +330,8 @@ def test_bad_config_is_refused(config, message):
 
 @pytest.mark.django_db
 def test_a_job_with_the_litellm_backend_reaches_a_verdict(fake_llm, monkeypatch, project, owner, router_target,
-                                                          refund_insight, django_capture_on_commit_callbacks):
+                                                          refund_insight, django_capture_on_commit_callbacks,
+                                                          settings):
     from evolution.models import Artifact, Iteration
     from evolution.services import evolution_job_start
     from evolution.services.workspace import artifact_read
@@ -349,6 +351,10 @@ def test_a_job_with_the_litellm_backend_reaches_a_verdict(fake_llm, monkeypatch,
     fake_llm.script(default=answer)
     monkeypatch.setenv("FAKE_LLM_KEY", "sk-fake")
     config = {"model": "openai/gpt-4o-mini", "api_base": fake_llm.api_base, "api_key_env": "FAKE_LLM_KEY"}
+    # Not the operator's command: each role checks the model endpoint, which the operator allows here (plain http
+    # on 127.0.0.1, the fake's port).
+    settings.CLEAR_EVOLUTION_MODEL_HOSTS = [urlsplit(fake_llm.api_base).netloc]
+    settings.CLEAR_EVOLUTION_MODEL_ALLOW_HTTP = settings.CLEAR_EVOLUTION_MODEL_ALLOW_PRIVATE = True
     with django_capture_on_commit_callbacks(execute=True):
         job = evolution_job_start(project=project, target=router_target, insight=refund_insight,
                                   backend_name="litellm", backend_config=config, created_by=owner,

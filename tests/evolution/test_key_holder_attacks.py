@@ -21,7 +21,7 @@ from evolution.deploy import hot_swap_config_validate, release_current_get
 from evolution.services import evolution_job_consent, evolution_target_add
 from evolution.services.hot_swap import releases_root
 from tests.evolution.fixture_repo import CONFIG, FIXED_BRANCH, _git, fixture_repo_make, replace_edit
-from tests.evolution.support import SECRET, happy_entries
+from tests.evolution.support import SECRET, happy_entries, target_register
 
 TARGETS = "/api/v1/evolution/targets/"
 JOBS = "/api/v1/evolution/jobs/"
@@ -53,8 +53,21 @@ def _probe_command(worker_pid: int) -> str:
             "print(\\\"TCP-CONNECTED\\\")\" >&2; echo PROBE-DONE >&2; exit 3'")
 
 
-def _register(client, *, source: Path, config: dict | None, name: str = "router"):
-    return client.post(TARGETS, {"name": name, "source": str(source), "config": config}, format="json")
+def _register(client, *, source: Path, config: dict | None, name: str = "router", worker=None):
+    """POST a registration and let the clone it sends run: eagerly here, or on the real worker (waited for)."""
+    response, _ = target_register(client, {"name": name, "source": str(source), "config": config})
+    if response.status_code == 201 and worker is not None:
+        target_id = response.json()["id"]
+        deadline = time.monotonic() + 60
+        while EvolutionTarget.objects.filter(pk=target_id, state="cloning").exists():
+            assert time.monotonic() < deadline, f"target {target_id} still cloning: {worker.log()[-3000:]}"
+            time.sleep(0.2)
+    return response
+
+
+def _target(response) -> EvolutionTarget:
+    assert response.status_code == 201, response.content
+    return EvolutionTarget.objects.get(pk=response.json()["id"])
 
 
 def test_finding_1_a_key_holders_commands_never_run_as_root_or_see_the_server_secrets(
@@ -63,22 +76,22 @@ def test_finding_1_a_key_holders_commands_never_run_as_root_or_see_the_server_se
     settings.CLEAR_EVOLUTION_SOURCE_ROOTS = [str(tmp_path)]
     probe = _probe_command(celery_worker.process.pid)
     # A key sets no command (issue 37): the holder commits the hostile one to the repository's own evolution.json.
-    sent = _register(key_holder, source=router_remote, config={**CONFIG, "install_command": probe})
-    assert sent.status_code == 400 and "config.install_command" in sent.json()["extra"]["fields"], sent.content
+    sent = _target(_register(key_holder, source=router_remote, config={**CONFIG, "install_command": probe},
+                             name="sent", worker=celery_worker))
+    assert sent.state == "failed" and "config.install_command" in sent.state_reason, sent.state_reason
 
     only_subprocess = fixture_repo_make(tmp_path / "subprocess-only",
                                         config_overrides={"install_command": probe, "sandbox_levels": ["subprocess"]})
-    refused = _register(key_holder, source=only_subprocess, config=None)
-    assert refused.status_code == 400, refused.content
-    assert "bwrap" in refused.json()["message"]
+    refused = _target(_register(key_holder, source=only_subprocess, config=None, name="refused",
+                                worker=celery_worker))
+    assert refused.state == "failed" and "bwrap" in refused.state_reason, refused.state_reason
 
     hostile = fixture_repo_make(tmp_path / "hostile", config_overrides={"install_command": probe,
                                                                          "sandbox_levels": ["subprocess", "bwrap"]})
-    response = _register(key_holder, source=hostile, config=None)
-    assert response.status_code == 201, response.content
-    assert response.json()["config"]["install_command"] == probe
-    assert response.json()["config"]["sandbox_levels"] == ["bwrap"]  # the level below the minimum is dropped
-    target = EvolutionTarget.objects.get(pk=response.json()["id"])
+    target = _target(_register(key_holder, source=hostile, config=None, worker=celery_worker))
+    assert target.state == "ready", (target.state, target.state_reason)
+    assert target.config["install_command"] == probe
+    assert target.config["sandbox_levels"] == ["bwrap"]  # the level below the minimum is dropped
 
     body = {"target": target.pk, "insight": refund_insight.pk, "backend": "scripted", "depth": "shallow",
             "backend_config": {"script": {"entries": happy_entries(replace_edit(FIXED_BRANCH))}}}
@@ -193,6 +206,8 @@ def test_a_key_goes_only_to_a_model_host_the_operator_lists(key_holder, project,
         assert f"backend_config.{field}" in created.json()["extra"]["fields"], created.json()
     assert not EvolutionJob.objects.exists()
     settings.CLEAR_EVOLUTION_MODEL_HOSTS = ["127.0.0.1:5432"]
+    # Listing it is not enough for plain http on a loopback address: the operator allows those too.
+    settings.CLEAR_EVOLUTION_MODEL_ALLOW_HTTP = settings.CLEAR_EVOLUTION_MODEL_ALLOW_PRIVATE = True
     created = key_holder.post(JOBS, {"target": target, "insight": refund_insight.pk, "backend": "litellm",
                                      "backend_config": {"model": "openai/x", "api_base": "http://127.0.0.1:5432/v1"}},
                               format="json")
@@ -220,8 +235,8 @@ def _hostile_repo(dest: Path, **commands: str) -> Path:
 
 def _run_job(client, *, source: Path, insight, worker, backend: str, backend_config: dict,
              timeout: float = 240) -> tuple[EvolutionJob, list[tuple[dict, str]]]:
-    registered = client.post(TARGETS, {"name": "hostile", "source": str(source)}, format="json")
-    assert registered.status_code == 201, registered.content
+    registered = _register(client, source=source, config=None, name="hostile", worker=worker)
+    assert _target(registered).state == "ready", _target(registered).state_reason
     created = client.post(JOBS, {"target": registered.json()["id"], "insight": insight.pk, "backend": backend,
                                  "depth": "shallow", "backend_config": backend_config}, format="json")
     assert created.status_code in (201, 202), created.content

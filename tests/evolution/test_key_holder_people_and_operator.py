@@ -16,7 +16,7 @@ from clear.projects.services import api_key_create
 from evolution.models import AuditEvent, EvolutionJob, EvolutionTarget, Iteration, ReleaseRollback
 from evolution.services import evolution_target_add
 from tests.evolution.fixture_repo import CONFIG, FIXED_BRANCH, fixture_repo_make, replace_edit
-from tests.evolution.support import happy_entries
+from tests.evolution.support import form_post, happy_entries, target_register
 from tests.frontend.conftest import client_for
 from tests.frontend.test_evolution_pages import HOT_SWAP, releases_made
 
@@ -251,24 +251,33 @@ def test_the_stored_values_sent_back_are_fine(key_holder, project, owner, operat
 def test_a_key_registers_with_the_repositorys_own_commands(key_holder, project, owner, roots, settings):
     settings.CLEAR_EVOLUTION_MIN_SANDBOX = "bwrap"
     remote = fixture_repo_make(roots / "own", config_overrides={"sandbox_levels": ["subprocess", "bwrap"]})
-    # Given explicitly, a command or level other than the repository's is refused, each named; so are the host's.
+    # The host's sections are refused at once; a command or level other than the repository's once a worker has read
+    # it (the target ends failed), each named.
     changed = key_holder.post(TARGETS, {"name": "own", "source": str(remote), "config": {**CONFIG, **CHANGED}},
                               format="json")
     assert changed.status_code == 400, changed.content
-    fields = changed.json()["extra"]["fields"]
-    assert set(fields) == {f"config.{field}" for field in CHANGED}, fields
-    assert "the repository's evolution.json" in fields["config.trial_command"]
+    assert set(changed.json()["extra"]["fields"]) == {"config.hot_swap", "config.scripted_fixtures"}
+    commands = {key: value for key, value in CHANGED.items() if key not in ("hot_swap", "scripted_fixtures")}
+    created, target = target_register(key_holder, {"name": "own", "source": str(remote),
+                                                   "config": {**CONFIG, **commands}})
+    assert created.status_code == 201 and target["state"] == "failed" and target["config"] == {}, target
+    for field in commands:
+        assert f"config.{field}: it comes from the repository's evolution.json" in target["state_reason"], field
     hostile = {**CONFIG, "trial_command": CHANGED["trial_command"]}
-    page = client_for(owner).post(f"/p/{project.slug}/evolution/targets/", {
-        "name": "own", "source": str(remote), "config": json.dumps(hostile)})
-    assert page.status_code == 400 and "config.trial_command" in page.content.decode()
-    assert not EvolutionTarget.objects.exists()
+    page = form_post(client_for(owner), f"/p/{project.slug}/evolution/targets/", {
+        "name": "hostile", "source": str(remote), "config": json.dumps(hostile)})
+    assert page.status_code == 302
+    from_page = EvolutionTarget.objects.get(name="hostile")
+    assert from_page.state == "failed" and "config.trial_command" in from_page.state_reason
+    assert from_page.config == {}
+    EvolutionTarget.objects.all().delete()
     # Repeated as the repository has them: fine; the levels below the minimum are dropped either way.
-    same = key_holder.post(TARGETS, {"name": "own", "source": str(remote),
-                                     "config": {**CONFIG, "sandbox_levels": ["subprocess", "bwrap"], "trials": 1}},
-                           format="json")
+    same, target = target_register(key_holder, {
+        "name": "own", "source": str(remote),
+        "config": {**CONFIG, "sandbox_levels": ["subprocess", "bwrap"], "trials": 1}})
     assert same.status_code == 201, same.content
-    assert same.json()["config"]["sandbox_levels"] == ["bwrap"] and same.json()["config"]["trials"] == 1
+    assert target["state"] == "ready", target
+    assert target["config"]["sandbox_levels"] == ["bwrap"] and target["config"]["trials"] == 1
     # The stored (confined) levels and the repository's sent back to the target: both the same levels.
     url = f"{TARGETS}{same.json()['id']}/"
     for levels in (["bwrap"], ["subprocess", "bwrap"]):
@@ -278,10 +287,10 @@ def test_a_key_registers_with_the_repositorys_own_commands(key_holder, project, 
         .status_code == 400
     # Without a config the repository's evolution.json is the config, its commands included (they run only in the
     # sandbox); its levels are confined.
-    left_out = key_holder.post(TARGETS, {"name": "plain", "source": str(remote)}, format="json")
+    left_out, target = target_register(key_holder, {"name": "plain", "source": str(remote)})
     assert left_out.status_code == 201, left_out.content
-    assert left_out.json()["config"]["trial_command"] == CONFIG["trial_command"]
-    assert left_out.json()["config"]["sandbox_levels"] == ["bwrap"]
+    assert target["config"]["trial_command"] == CONFIG["trial_command"]
+    assert target["config"]["sandbox_levels"] == ["bwrap"]
 
 
 def test_the_operators_command_still_sets_them(project, operators_target, tmp_path):

@@ -21,6 +21,7 @@ from evolution.errors import BackendError
 from evolution.models import EvolutionJob, EvolutionTarget
 from evolution.services import evolution_target_add
 from tests.evolution.fixture_repo import CONFIG, fixture_repo_make
+from tests.evolution.support import target_register
 from tests.frontend.conftest import client_for
 
 pytestmark = pytest.mark.django_db
@@ -46,6 +47,19 @@ def roots(settings, tmp_path):
 
 def _create(api, source, *, name="agent", **extra):
     return api.post(TARGETS, {"name": name, "source": str(source), **extra}, format="json")
+
+
+def _register(api, source, *, name="agent", **extra) -> tuple:
+    """The registration's response and the target once the clone it sent has run (eager Celery)."""
+    return target_register(api, {"name": name, "source": str(source), **extra})
+
+
+def _failed(target: dict, *words: str) -> str:
+    """A registration the repository refused: the target failed, the reason in Clear's words."""
+    assert target["state"] == "failed", target
+    for word in words:
+        assert word in target["state_reason"], target["state_reason"]
+    return target["state_reason"]
 
 
 def _refused(response, field: str, *words: str) -> dict:
@@ -80,10 +94,10 @@ def test_a_local_path_needs_a_source_root(api, settings, router_remote, tmp_path
     assert not EvolutionTarget.objects.exists()
 
     settings.CLEAR_EVOLUTION_SOURCE_ROOTS = [str(tmp_path)]
-    created = _create(api, router_remote)
+    created, target = _register(api, router_remote)
     assert created.status_code == 201, created.content
     assert created.json()["source"] == str(router_remote.resolve())
-    assert created.json()["config"]["trial_command"] == CONFIG["trial_command"]
+    assert target["state"] == "ready" and target["config"]["trial_command"] == CONFIG["trial_command"]
 
 
 @pytest.mark.parametrize("source, words", [
@@ -109,10 +123,10 @@ def test_remote_git_urls_are_accepted(api, settings, monkeypatch, source):
     # is stood in for, so nothing leaves the machine.
     monkeypatch.setattr("evolution.services.targets.repo_config_read",
                         lambda *, source, ref: fetched.append(source) or dict(CONFIG))
-    created = _create(api, source, config={**CONFIG, "trials": 1})
+    created, target = _register(api, source, config={**CONFIG, "trials": 1})
     assert created.status_code == 201, created.content
     assert created.json()["source"] == source and fetched == [source]
-    assert created.json()["config"]["trials"] == 1
+    assert target["state"] == "ready" and target["config"]["trials"] == 1
 
 
 def test_clears_own_directories_are_refused_under_a_root(api, settings, roots, evolution_dir):
@@ -187,17 +201,16 @@ def test_a_patched_source_and_push_url_are_confined_like_a_new_one(api, settings
 def test_git_failures_are_told_without_the_command_or_the_servers_paths(api, roots, router_remote):
     empty = roots / "not-a-repo"
     empty.mkdir()
-    for response in (_create(api, empty), _create(api, router_remote, default_branch="no-such-branch")):
-        assert response.status_code == 400, response.content
-        body = response.json()
-        text = json.dumps(body)
-        for leak in ("clear-evo-config", "/tmp", str(roots), "git clone", "git rev-parse", "mirror.git", "fatal"):
-            assert leak not in text, (leak, text)
-    body = _create(api, empty).json()
-    assert body["message"] == ("source: could not read the repository's evolution.json (git could not fetch it: "
-                               "repository not found)"), body
-    branch = _create(api, router_remote, default_branch="no-such-branch").json()
-    assert "default_branch" in branch["extra"]["fields"] and "does not exist" in branch["message"]
+    _, missing = _register(api, empty, name="empty")
+    _, branch = _register(api, router_remote, name="branch", default_branch="no-such-branch")
+    for target in (missing, branch):
+        text = json.dumps(target)
+        for leak in ("clear-evo-config", "/tmp/", "git clone", "git rev-parse", "mirror.git", "fatal"):
+            assert leak not in text.replace(json.dumps(target["source"]), ""), (leak, text)
+        assert str(roots) not in target["state_reason"]
+    assert _failed(missing) == ("source: could not read the repository's evolution.json (git could not fetch it: "
+                                "repository not found)")
+    _failed(branch, "default_branch", "does not exist")
 
 
 # --- the operator's config sections -------------------------------------------------------------------------------
@@ -216,9 +229,10 @@ def test_operator_sections_are_refused_through_the_api_and_the_form(api, roots, 
 
 def test_a_repository_whose_evolution_json_sets_hot_swap_is_the_operators(api, roots, project):
     remote = fixture_repo_make(roots / "hot", config_overrides={"hot_swap": HOT_SWAP})
-    _refused(_create(api, remote), "config.hot_swap", "evolution.json sets it", "only the operator")
+    _failed(_register(api, remote)[1], "config.hot_swap", "evolution.json sets it", "only the operator")
     # Given a config without it, anyone may register the repository; the operator may take its evolution.json.
-    assert _create(api, remote, config=CONFIG).status_code == 201
+    created, target = _register(api, remote, name="given", config=CONFIG)
+    assert created.status_code == 201 and target["state"] == "ready" and "hot_swap" not in target["config"]
     target = evolution_target_add(operator=True, project=project, name="hot", source=str(remote))
     assert target.config["hot_swap"]["activator"]["kind"] == "process"
 

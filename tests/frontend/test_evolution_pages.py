@@ -21,7 +21,7 @@ from evolution.services.workspace import artifact_store
 # failing traces.
 from tests.evolution.conftest import evolution_dir, refund_insight, router_remote, router_target  # noqa: F401
 from tests.evolution.fixture_repo import CONFIG, FIXED_BRANCH, replace_edit
-from tests.evolution.support import happy_entries, insight_for_traces, script_write
+from tests.evolution.support import form_post, happy_entries, insight_for_traces, script_write
 from tests.frontend.conftest import client_for
 
 
@@ -260,19 +260,27 @@ def test_targets_registered_and_edited_with_every_bad_field_named(client, projec
                                                      "config": json.dumps(bad)})
     assert refused.status_code == 400
     html = refused.content.decode()
-    # trial_command is the repository's (only the operator sets another): named with the config's bad fields.
-    for field in ("<code>config.trial_command</code>", "<code>diff_budget.max_files</code>", "<code>colour</code>"):
+    # The config's own bad fields are named at once (the commands wait for the repository, read by a worker).
+    for field in ("<code>diff_budget.max_files</code>", "<code>colour</code>"):
         assert field in html, field
-    assert "only the operator can set another value" in html
     assert "python run.py" in html  # the typed config is kept for fixing
     assert client.post(_url(project, "targets/"), {"name": "router", "source": str(remote),
                                                    "config": "{not json"}).status_code == 400
+    # trial_command is the repository's (only the operator sets another): the target fails, its page says why.
+    other = form_post(client, _url(project, "targets/"), {
+        "name": "other", "source": str(remote), "config": json.dumps({**CONFIG, "trial_command": "python run.py"})})
+    assert other.status_code == 302
+    failed = EvolutionTarget.objects.get(project=project, name="other")
+    assert failed.state == "failed" and failed.config == {}
+    page = client.get(_url(project, f"targets/{failed.pk}/")).content.decode()
+    assert 'data-state="failed"' in page and "config.trial_command" in page
+    assert "only the operator can set another value" in page
 
     # Blank config: the repository's evolution.json.
-    done = client.post(_url(project, "targets/"), {"name": "router", "source": str(remote), "config": ""})
+    done = form_post(client, _url(project, "targets/"), {"name": "router", "source": str(remote), "config": ""})
     assert done.status_code == 302
     target = EvolutionTarget.objects.get(project=project, name="router")
-    assert target.config["trial_command"] == CONFIG["trial_command"]
+    assert target.state == "ready" and target.config["trial_command"] == CONFIG["trial_command"]
     listing = client.get(_url(project, "targets/")).content.decode()
     assert f'data-target="{target.pk}"' in listing and "PR only" in listing
 

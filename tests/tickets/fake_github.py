@@ -1,5 +1,6 @@
 """A GitHub-compatible issues API on 127.0.0.1 for the push tests: list (state=all, per_page, page, Link header),
-create, update; bearer-token check; 404 for other repositories; 422 for titles the test marks as refused."""
+create, update; bearer-token check; 404 for other repositories; 422 for titles the test marks as refused; any reply
+a test forces for a method (`replies`); issues' html_url on its own host unless a test sets `html_base`."""
 
 from __future__ import annotations
 
@@ -15,13 +16,21 @@ class FakeGitHub:
         self.token, self.repository, self.max_page_size = token, repository, max_page_size
         self.issues: dict[int, dict] = {}
         self.requests: list[tuple[str, str]] = []
+        self.hosts: list[str] = []  # each request's Host header
         self.refused_titles: set[str] = set()  # substrings of titles answered with 422
+        # method -> (status, body: JSON-able or bytes, headers): answered to every request with that method
+        self.replies: dict[str, tuple[int, object, dict]] = {}
+        self.html_base: str | None = None  # where issues' html_url point; default https:// on this fake's host
         self.lock = threading.Lock()
         self.server: ThreadingHTTPServer | None = None
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def html_url(self, number: int) -> str:
+        base = self.html_base or f"https://127.0.0.1:{self.server.server_address[1]}"
+        return f"{base}/{self.repository}/issues/{number}"
 
     def start(self) -> FakeGitHub:
         fake = self
@@ -53,9 +62,9 @@ class FakeGitHub:
         with self.lock:
             number = max(self.issues, default=0) + 1
             issue = {"number": number, "title": title, "body": body, "state": state, "state_reason": None,
-                     "html_url": f"https://github.example/{self.repository}/issues/{number}"}
+                     "html_url": self.html_url(number)}
             if pull_request:
-                issue["pull_request"] = {"url": f"https://github.example/{self.repository}/pull/{number}"}
+                issue["pull_request"] = {"url": self.html_url(number).replace("/issues/", "/pull/")}
             self.issues[number] = issue
             return issue
 
@@ -69,16 +78,21 @@ class FakeGitHub:
 
     def handle(self, request: BaseHTTPRequestHandler, method: str) -> None:
         parts = urlsplit(request.path)
+        length = int(request.headers.get("Content-Length") or 0)
+        raw = request.rfile.read(length) if length else b""
         with self.lock:
             self.requests.append((method, request.path))
+            self.hosts.append(request.headers.get("Host") or "")
+            forced = self.replies.get(method)
+        if forced is not None:
+            return self.reply(request, *forced)
         if request.headers.get("Authorization") != f"Bearer {self.token}":
             return self.reply(request, 401, {"message": "Bad credentials"})
         prefix = f"/repos/{self.repository}/issues"
         if not parts.path.startswith(prefix):
             return self.reply(request, 404, {"message": "Not Found"})
         rest = parts.path[len(prefix):].strip("/")
-        length = int(request.headers.get("Content-Length") or 0)
-        data = json.loads(request.rfile.read(length) or b"{}") if length else {}
+        data = json.loads(raw or b"{}")
         with self.lock:
             if method == "GET" and not rest:
                 return self.list(request, parse_qs(parts.query), prefix)
@@ -111,7 +125,7 @@ class FakeGitHub:
                                              "errors": [{"resource": "Issue", "code": "invalid", "field": "title"}]})
         number = max(self.issues, default=0) + 1
         issue = {"number": number, "title": data["title"], "body": data.get("body") or "", "state": "open",
-                 "state_reason": None, "html_url": f"https://github.example/{self.repository}/issues/{number}"}
+                 "state_reason": None, "html_url": self.html_url(number)}
         self.issues[number] = issue
         self.reply(request, 201, issue)
 
@@ -124,9 +138,9 @@ class FakeGitHub:
         self.reply(request, 200, issue)
 
     def reply(self, request, status: int, body, headers: dict | None = None) -> None:
-        raw = json.dumps(body).encode()
+        raw = body if isinstance(body, bytes) else json.dumps(body).encode()
         request.send_response(status)
-        request.send_header("Content-Type", "application/json")
+        request.send_header("Content-Type", "application/json" if not isinstance(body, bytes) else "text/html")
         request.send_header("Content-Length", str(len(raw)))
         for name, value in (headers or {}).items():
             request.send_header(name, value)

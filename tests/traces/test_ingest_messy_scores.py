@@ -105,3 +105,29 @@ def test_scores_api_body_nested_too_deep_is_a_400_not_a_500(issued_key):
     response = Client().post("/api/public/scores", data=body, content_type="application/json",
                              HTTP_AUTHORIZATION=_auth(issued_key))
     assert response.status_code in (200, 400)
+
+
+@pytest.mark.parametrize("digits", [400, 5000])
+def test_a_score_value_too_large_for_a_float_is_a_400_naming_the_field(issued_key, digits):
+    # 400 digits overflowed float() (OverflowError, a 500); past 4,300 digits json's int() refuses it (ValueError).
+    huge = "9" * digits
+    client = Client()
+    single = client.post("/api/public/scores", data=f'{{"traceId": "{TRACE}", "name": "big", "value": {huge}}}',
+                         content_type="application/json", HTTP_AUTHORIZATION=_auth(issued_key))
+    assert single.status_code == 400, single.content
+    assert ("body.value" if digits == 400 else "JSON") in single.json()["message"]
+    many = client.post("/api/public/scores", data=f'[{{"traceId": "{TRACE}", "name": "ok", "value": 1}}, '
+                       f'{{"traceId": "{TRACE}", "name": "big", "value": -{huge}}}]',
+                       content_type="application/json", HTTP_AUTHORIZATION=_auth(issued_key))
+    if digits == 400:
+        assert many.status_code == 207 and "body.value" in many.json()["errors"][0]["message"], many.content
+        assert list(Score.objects.values_list("name", flat=True)) == ["ok"]
+    else:
+        assert many.status_code == 400 and not Score.objects.exists(), many.content
+    batch = json.dumps({"batch": [_score("e-big", name="big", value=0)]}).replace('"value": 0', f'"value": {huge}')
+    response = Client().post("/api/public/ingestion", data=batch, content_type="application/json",
+                             HTTP_AUTHORIZATION=_auth(issued_key))
+    if digits == 400:
+        assert response.status_code == 207 and "body.value" in response.json()["errors"][0]["message"]
+    else:
+        assert response.status_code == 400, response.content

@@ -7,6 +7,7 @@ import binascii
 import hashlib
 import json
 import math
+import sys
 import uuid
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -29,7 +30,13 @@ def loads(text: str | bytes) -> Any:
     """json.loads that maps NaN / Infinity literals to strings (Postgres JSONB rejects them)."""
     if isinstance(text, (bytes, bytearray)):
         text = text.decode("utf-8-sig")  # tolerate a BOM
-    return _loads(text)
+    try:
+        return _loads(text)
+    except json.JSONDecodeError:
+        raise
+    except ValueError:
+        # json's int() refuses a number past sys.get_int_max_str_digits(): the client's mistake like any bad JSON.
+        raise json.JSONDecodeError(f"a number has more than {sys.get_int_max_str_digits()} digits", text, 0) from None
 
 
 def clean_float(x: float) -> float | str:
@@ -130,7 +137,10 @@ def to_float(value: Any) -> float | None:
     if value is None or isinstance(value, bool):
         return None
     if isinstance(value, (int, float)):
-        f = float(value)
+        try:
+            f = float(value)
+        except OverflowError:  # an int past the float range is no finite number either
+            return None
     elif isinstance(value, str):
         try:
             f = float(value.strip())

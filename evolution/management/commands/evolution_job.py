@@ -84,6 +84,10 @@ class Command(BaseCommand):
             job = evolution_job_start(project=insight.project, target=target, insight=insight,
                                       backend_name=options["backend"], backend_config=backend_config,
                                       depth=options["depth"], policy_overrides=policy, preflight=preflight)
+            # The operator's own job: its model endpoint is theirs to choose, not held to CLEAR_EVOLUTION_MODEL_HOSTS
+            # before each role as a job started through the API or the web UI is (services/roles.py).
+            job.config_snapshot = {**job.config_snapshot, "operator": True}
+            job.save(update_fields=["config_snapshot", "updated_at"])
         self.stdout.write(f"Job {job.pk} queued on {target.name} for insight {insight.pk}")
         if options["wait"] or options["inline"]:
             self._wait(job, timeout=options["timeout"])
