@@ -28,7 +28,6 @@ LOOPBACK_FORMS = [
     "ssh://[::1]/team/agent.git",
     "ssh://git@127.0.0.1:2222/team/agent.git",
     "git@2130706433:team/agent.git",
-    "git@[::ffff:127.0.0.1]:team/agent.git",
     "https://git.internal.test/team/agent.git",  # resolves to loopback through the test resolver
     "http://git.example.com/team/agent.git",  # plain http: refused unless the operator widens it
 ]

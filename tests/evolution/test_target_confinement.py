@@ -106,7 +106,7 @@ def test_a_local_path_needs_a_source_root(api, settings, router_remote, tmp_path
     ("~/agent", ["relative path is not accepted"]),
     ("file:///srv/agent.git", ["(file:) is not accepted", "https://"]),
     ("git://git.example.com/agent.git", ["(git:) is not accepted"]),
-    ("http://git.example.com/agent.git", ["(http:) is not accepted"]),
+    ("http://git.example.com/agent.git", ["plain http:// is refused", "CLEAR_GIT_ALLOW_HTTP"]),
     ("ext::sh -c touch% /tmp/pwned", ["(ext:) is not accepted"]),
     ("https:///agent.git", ["names no host"]),
 ])
