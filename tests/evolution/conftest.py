@@ -100,3 +100,18 @@ def secret_file(tmp_path) -> Path:
     path.write_text(json.dumps({"clusters": [{"title": support.SECRET, "root_cause": support.SECRET}], "changes": [support.SECRET]}))
     path.chmod(0o600)
     return path
+
+
+@pytest.fixture
+def api(issued_key):
+    """A client with the project's API key."""
+    from rest_framework.test import APIClient
+
+    return APIClient(HTTP_AUTHORIZATION=f"Bearer {issued_key.secret}")
+
+
+@pytest.fixture
+def roots(settings, tmp_path):
+    """The operator opened the test's directory for sources (the fixture router lives at tmp_path/repo/remote.git)."""
+    settings.CLEAR_EVOLUTION_SOURCE_ROOTS = [str(tmp_path)]
+    return tmp_path

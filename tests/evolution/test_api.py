@@ -22,11 +22,6 @@ TARGETS = "/api/v1/evolution/targets/"
 JOBS = "/api/v1/evolution/jobs/"
 
 
-@pytest.fixture
-def api(issued_key):
-    return APIClient(HTTP_AUTHORIZATION=f"Bearer {issued_key.secret}")
-
-
 @pytest.fixture(autouse=True)
 def source_roots(settings, tmp_path):
     """The operator lets API users register repositories under the test's directory (the fixture router's)."""

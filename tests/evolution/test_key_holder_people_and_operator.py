@@ -47,12 +47,6 @@ def key_holder(project, owner):
 
 
 @pytest.fixture
-def roots(settings, tmp_path):
-    settings.CLEAR_EVOLUTION_SOURCE_ROOTS = [str(tmp_path)]
-    return tmp_path
-
-
-@pytest.fixture
 def operators_target(project, router_remote, settings):
     """What an operator registered with `manage.py evolution_target add --config FILE`, under the server's default
     minimum (bwrap): a hot swap section and a scripted fixture besides the repository's commands."""

@@ -8,7 +8,6 @@ CLEAR_EVOLUTION_MODEL_ALLOW_PRIVATE; the metadata address never): a 400 naming b
 from urllib.parse import urlsplit
 
 import pytest
-from rest_framework.test import APIClient
 
 from evolution.models import EvolutionJob
 from tests.api.test_webhook_targets import PUBLIC, Resolver
@@ -21,11 +20,6 @@ LOOPBACK_HOSTS = ["127.0.0.1", "[::1]", "[::ffff:127.0.0.1]", "2130706433", "0x7
                   NAME]
 LOCAL_PROVIDERS = ["ollama/llama3", "ollama_chat/llama3", "llamafile/m", "xinference/m", "lemonade/m",
                    "docker_model_runner/m"]
-
-
-@pytest.fixture
-def api(issued_key):
-    return APIClient(HTTP_AUTHORIZATION=f"Bearer {issued_key.secret}")
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@ through the API: `http://127.0.0.1:8210\\@api.openai.com/v1` passed the model-ho
 as api.openai.com) and the litellm preflight's urllib then raised http.client.InvalidURL, a 500 (issue 38)."""
 
 import pytest
-from rest_framework.test import APIClient
 
 from evolution.backends.litellm_patcher import LiteLLMPatcherBackend
 from evolution.models import EvolutionJob
@@ -11,11 +10,6 @@ from evolution.models import EvolutionJob
 pytestmark = pytest.mark.django_db
 
 JOBS = "/api/v1/evolution/jobs/"
-
-
-@pytest.fixture
-def api(issued_key):
-    return APIClient(HTTP_AUTHORIZATION=f"Bearer {issued_key.secret}")
 
 
 @pytest.mark.parametrize("backend, field, url", [

@@ -73,17 +73,6 @@ def silent_host(settings):
     host.close()
 
 
-@pytest.fixture
-def api(issued_key):
-    return APIClient(HTTP_AUTHORIZATION=f"Bearer {issued_key.secret}")
-
-
-@pytest.fixture
-def roots(settings, tmp_path):
-    settings.CLEAR_EVOLUTION_SOURCE_ROOTS = [str(tmp_path)]
-    return tmp_path
-
-
 class QuickGitWorker(CeleryWorkerProcess):
     """The real worker, its git bounded by a few seconds (it reads CLEAR_GIT_TIMEOUT_SECONDS from its environment)."""
 

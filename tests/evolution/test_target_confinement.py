@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 from django.conf import settings as django_settings
 from django.core.management import CommandError, call_command
-from rest_framework.test import APIClient
 
 from evolution.backends import backend_get
 from evolution.errors import BackendError
@@ -31,18 +30,6 @@ JOBS = "/api/v1/evolution/jobs/"
 HOT_SWAP = {"activator": {"kind": "process", "command": "python -c 'import time; time.sleep(600)'"},
             "probes": [{"kind": "process_alive"}]}
 REMOTE = "https://git.example.com/agent.git"
-
-
-@pytest.fixture
-def api(issued_key):
-    return APIClient(HTTP_AUTHORIZATION=f"Bearer {issued_key.secret}")
-
-
-@pytest.fixture
-def roots(settings, tmp_path):
-    """The operator opened the test's directory for sources (the fixture router lives at tmp_path/repo/remote.git)."""
-    settings.CLEAR_EVOLUTION_SOURCE_ROOTS = [str(tmp_path)]
-    return tmp_path
 
 
 def _create(api, source, *, name="agent", **extra):

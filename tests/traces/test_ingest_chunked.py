@@ -5,53 +5,27 @@ body), and held to CLEAR_INGEST_MAX_BODY_BYTES as sent and after decompression (
 import gzip
 import http.client
 import json
-import os
-import subprocess
-import sys
-import time
 
 import pytest
-from django.conf import settings
 
 from tests.conftest import free_port
-from tests.support.worker import ProcessGroup, subprocess_env_for_test_db
 from tests.traces.otlp_helpers import agent_run_spans, to_json
+from tests.traces.test_ingest_loss import Gunicorn
 from traces.models import Span, Trace
 
 CAP = 200_000
 
 
-class Gunicorn(ProcessGroup):
-    def __init__(self, port: int, log_path):
-        self.port, self.log_path = port, log_path
-        self.process: subprocess.Popen | None = None
+class CappedGunicorn(Gunicorn):
+    """The loss test's gunicorn, with a small body limit so the 413s cost little to send."""
 
-    def start(self, timeout: float = 30) -> None:
-        env = subprocess_env_for_test_db(REDIS_URL=settings.CELERY_BROKER_URL, LOG_LEVEL="WARNING",
-                                         CLEAR_INGEST_MAX_BODY_BYTES=str(CAP))
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "clear.wsgi:application", "--bind", f"127.0.0.1:{self.port}",
-             "--workers", "2", "--timeout", "60"],
-            cwd=settings.BASE_DIR, env=env, stdout=self.log_path.open("w"), stderr=subprocess.STDOUT,
-            start_new_session=True)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"gunicorn exited at start:\n{self.log_path.read_text()[-4000:]}")
-            try:
-                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=5)
-                conn.request("GET", "/v1/traces")
-                conn.getresponse().read()
-                conn.close()
-                return
-            except OSError:
-                time.sleep(0.1)
-        raise RuntimeError(f"gunicorn not ready after {timeout}s:\n{self.log_path.read_text()[-4000:]}")
+    def _env(self) -> dict[str, str]:
+        return {**super()._env(), "CLEAR_INGEST_MAX_BODY_BYTES": str(CAP)}
 
 
 @pytest.fixture(scope="module")
-def server(django_db_setup, django_db_blocker, tmp_path_factory):
-    gunicorn = Gunicorn(free_port(), tmp_path_factory.mktemp("gunicorn") / f"gunicorn-{os.getpid()}.log")
+def server(django_db_setup, django_db_blocker):
+    gunicorn = CappedGunicorn(free_port())
     gunicorn.start()
     yield gunicorn
     gunicorn.stop()
