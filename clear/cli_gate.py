@@ -8,8 +8,9 @@
 2. With --wait, wait for the runs and their insights builds (progress bars on stderr); without it, runs that are
    not ready are an error.
 3. GET /api/v1/compare/ (the rule for new / worse / resolved / better is documented there), print a summary, write
-   the JUnit XML (one testcase per insight; new and worse ones are failures when their count is over the limit)
-   and the Markdown summary.
+   the JUnit XML (one testcase per problem; new and worse ones are failures when their count is over the limit)
+   and the Markdown summary. Problems are counted, not insights: a node insight a system insight holds is listed
+   under it (`nodes`) and counts with it, so one bug is one new insight.
 4. Exit 0 (passed), 1 (more new or worse insights than allowed), 2 (anything else went wrong: bad URL or key,
    a release without traces, a run that failed, a timeout...).
 
@@ -108,6 +109,8 @@ def _print_summary(comparison: dict, args: argparse.Namespace, over: dict[str, b
         for row in comparison[change]:
             print(f"  {change.upper():9} {row['level']:6} {row['node'] or '-':20} {row['title'][:90]}  "
                   f"{_share(row['base'])} → {_share(row['head'])}")
+            for node in row.get("nodes") or []:  # part of this problem, not counted on its own
+                print(f"  {'':9}   └ {node['node'] or '-':20} {node['title'][:86]}  ({node['change']})")
     failed = [f"{counts[c]} {c} (max {_limits(args)[c]})" for c in ("new", "worse") if over[c]]
     print(f"FAILED: {', '.join(failed)}" if failed else "PASSED")
 
@@ -141,7 +144,10 @@ def junit_xml(comparison: dict, args: argparse.Namespace, over: dict[str, bool])
         case = ET.SubElement(suite, "testcase", name=_xml(_label(row)), time="0",
                              classname=_xml(f"clear.insights.{row['level']}.{row['node'] or 'system'}"))
         detail = (f"{change}: {row['title']}\nnode {row['node'] or '-'}, severity {row['severity']}, insight "
-                  f"{row['id'] or '(not in the Insights list)'}\nbaseline {_share(row['base'])}, this release {_share(row['head'])}")
+                  f"{row['id'] or '(not in the Insights list)'}\nbaseline {_share(row['base'])}, this release "
+                  f"{_share(row['head'])}")
+        detail += "".join(f"\n  node insight at {n['node']}: {n['title']} ({n['change']})"
+                          for n in row.get("nodes") or [])
         if over.get(change):
             ET.SubElement(case, "failure", message=_xml(f"{change} insight: {row['title']}"),
                           type=change).text = _xml(detail)

@@ -9,6 +9,8 @@ from rest_framework import serializers
 from clear.projects.models import Project
 from diagnosis.models import Insight
 from diagnosis.selectors.association import OutcomeShares, insight_outcome_shares_map
+from diagnosis.selectors.insights import insight_release_figures
+from diagnosis.selectors.problems import insight_nodes_map
 from diagnosis.tickets.models import Ticket
 from diagnosis.tickets.selectors import ticket_by_insight_map
 
@@ -40,6 +42,19 @@ class InsightTicketSerializer(serializers.Serializer):
         return reverse("tickets:ticket-detail", kwargs={"ticket_id": ticket.pk})
 
 
+class InsightNestedNodeSerializer(serializers.ModelSerializer):
+    failure_association = serializers.ChoiceField(choices=ASSOCIATIONS, read_only=True)
+    url = serializers.SerializerMethodField(help_text="the node insight in this API")
+
+    class Meta:
+        model = Insight
+        fields = ["id", "level", "node", "title", "severity", "status", "count", "trace_count", "frequency",
+                  "failure_association", "url"]
+
+    def get_url(self, insight: Insight) -> str:
+        return reverse("diagnosis:insight-detail", kwargs={"insight_id": insight.pk})
+
+
 class InsightOutputSerializer(serializers.ModelSerializer):
     first_run_id = serializers.UUIDField(allow_null=True)
     last_run_id = serializers.UUIDField(allow_null=True)
@@ -56,6 +71,16 @@ class InsightOutputSerializer(serializers.ModelSerializer):
     outcome_shares = serializers.SerializerMethodField(
         help_text="the pattern's share of the failing and of the succeeding traces, which the lift compares")
     ticket = serializers.SerializerMethodField(help_text="the ticket made from the insight, null when none")
+    regressed = serializers.SerializerMethodField(
+        help_text="absent from (or fixed in) the previous release and back in regressed_in_release")
+    regressed_in_release = serializers.CharField(allow_blank=True, help_text="\"\" when not regressed")
+    in_release = serializers.SerializerMethodField(
+        help_text="only with ?release=: the insight in that release, {release, count, judged, frequency, run} from "
+                  "its trend (the latest run with insights that judged it); null otherwise")
+    nodes = InsightNestedNodeSerializer(
+        source="nested_nodes", many=True, required=False,
+        help_text="only in the default (one row per problem) list: the node insights this system insight holds, "
+                  "each also at its own URL; empty for a node insight; absent with ?level= and on one insight")
 
     class Meta:
         model = Insight
@@ -64,8 +89,16 @@ class InsightOutputSerializer(serializers.ModelSerializer):
             "count", "trace_count", "frequency", "frequency_low", "frequency_high", "lift", "lift_low", "lift_high",
             "failure_association", "by_design", "outcome_shares", "affected_nodes", "first_seen", "last_seen",
             "first_run_id", "last_run_id", "status", "review", "merged_into_id", "ticket", "trend", "created_at",
-            "updated_at",
+            "updated_at", "nodes", "regressed", "regressed_in_release", "in_release",
         ]
+
+    def get_regressed(self, insight: Insight) -> bool:
+        return bool(insight.regressed_in_release)
+
+    @extend_schema_field(serializers.DictField(allow_null=True))
+    def get_in_release(self, insight: Insight) -> dict | None:
+        release = self.context.get("release")
+        return insight_release_figures(insight=insight, release=release) if release else None
 
     @extend_schema_field(OutcomeSharesSerializer)
     def get_outcome_shares(self, insight: Insight) -> dict:
@@ -93,8 +126,15 @@ class InsightOutputSerializer(serializers.ModelSerializer):
                 "url": reverse("tickets:ticket-detail", kwargs={"ticket_id": ticket.pk})}
 
 
-def insight_rows(*, project: Project, insights: list[Insight]) -> list[dict]:
-    """A page of insights as the API shows them."""
+def insight_rows(*, project: Project, insights: list[Insight], nested: bool = False,
+                 release: str | None = None) -> list[dict]:
+    """A page of insights as the API shows them; nested: each with its `nodes` (the node insights a system insight
+    holds); release: each with `in_release`, its figures in that release."""
+    if nested:
+        held = insight_nodes_map(project=project, system_pks=[i.pk for i in insights if i.level == "system"])
+        for insight in insights:
+            insight.nested_nodes = held.get(insight.pk, [])
     context = {"shares": insight_outcome_shares_map(project=project, insights=insights),
-               "tickets": ticket_by_insight_map(project=project, insight_ids=[insight.pk for insight in insights])}
+               "tickets": ticket_by_insight_map(project=project, insight_ids=[insight.pk for insight in insights]),
+               "release": release}
     return InsightOutputSerializer(insights, many=True, context=context).data

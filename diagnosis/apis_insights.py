@@ -38,18 +38,24 @@ from diagnosis.services.insights_review import (
 
 
 class InsightListApi(ProjectApi):
-    """The project's insights (recurring failure patterns), most recently seen first, each with its failure
-    association and its ticket; rejected and merged ones, and by-design behaviour, are left out."""
+    """The project's problems, most recently seen first, each with its failure association and its ticket: by
+    default one row per problem, a system insight with the node insights it holds in `nodes` (a node insight shared
+    by two is under each) and every node insight no listed system insight holds as its own row; `level=node` or
+    `level=system` give the flat list of that level. Rejected and merged ones, by-design behaviour and outlier
+    findings alone not associated with failure are left out."""
 
     is_paginated = True
 
     class FilterSerializer(serializers.Serializer):
-        level = serializers.ChoiceField(choices=Insight.Level.values, required=False)
+        level = serializers.ChoiceField(choices=Insight.Level.values, required=False,
+                                        help_text="the flat list of that level (no nesting, no `nodes`)")
         node = serializers.CharField(required=False, max_length=300)
         severity = serializers.ChoiceField(choices=Insight.Severity.values, required=False)
         status = serializers.ChoiceField(choices=Insight.Status.values, required=False)
         review = serializers.ChoiceField(choices=Insight.Review.values, required=False)
-        release = serializers.CharField(required=False, max_length=200, help_text="occurred in traces of it")
+        release = serializers.CharField(required=False, max_length=200,
+                                        help_text="occurred in traces of it; each row then has `in_release`, its "
+                                                  "figures in that release")
         run = serializers.UUIDField(required=False, help_text="occurred in this run")
         include_by_design = serializers.BooleanField(
             required=False, default=False,
@@ -65,11 +71,14 @@ class InsightListApi(ProjectApi):
         params = dict(filters.validated_data)
         run_id = params.pop("run", None)
         run = DiagnosisRun.objects.filter(project=project, pk=run_id).first() if run_id else None
-        insights = insight_list(project=project, run=run, **params).annotate(seen=Coalesce("last_seen", "created_at"))
+        nested = not params.get("level")
+        insights = insight_list(project=project, run=run, nested=nested, **params).annotate(
+            seen=Coalesce("last_seen", "created_at"))
         if run_id and run is None:
             insights = insights.none()  # a run of another project, or none: matches nothing, like any filter value
         page = paginate(queryset=insights, request=request, ordering=("-seen", "-pk"))
-        return Response(page_body(page=page, results=insight_rows(project=project, insights=page.rows)))
+        return Response(page_body(page=page, results=insight_rows(project=project, insights=page.rows,
+                                                                  nested=nested, release=params.get("release"))))
 
 
 class InsightDetailApi(ProjectApi):
@@ -276,6 +285,16 @@ class CompareSideSerializer(serializers.Serializer):
     frequency = serializers.FloatField(help_text="trace_count / judged")
 
 
+class CompareNestedChangeSerializer(serializers.Serializer):
+    id = serializers.IntegerField(source="insight.pk")
+    level = serializers.CharField(source="insight.level")
+    node = serializers.CharField(source="insight.node")
+    title = serializers.CharField(source="insight.title")
+    change = serializers.ChoiceField(choices=list(CHANGES), help_text="its own change, not counted on its own")
+    base = CompareSideSerializer()
+    head = CompareSideSerializer()
+
+
 class CompareChangeSerializer(serializers.Serializer):
     id = serializers.IntegerField(source="insight.pk", allow_null=True,
                                   help_text="the insight; null for a pattern of a run that is not full (a CI gate's, "
@@ -293,6 +312,9 @@ class CompareChangeSerializer(serializers.Serializer):
     delta_low = serializers.FloatField(allow_null=True, help_text="lower bound of its interval at `confidence`")
     delta_high = serializers.FloatField(allow_null=True, help_text="upper bound of its interval at `confidence`")
     url = serializers.SerializerMethodField()
+    nodes = CompareNestedChangeSerializer(
+        many=True, help_text="without `level`: the node insights this system insight holds, counted with it (one "
+                             "problem, one row); empty for a node insight and with `level`")
 
     def get_url(self, change) -> str | None:
         return f"/api/v1/insights/{change.insight.pk}/" if change.insight.pk else None
@@ -319,7 +341,9 @@ class CompareApi(ProjectApi):
     new: in no base trace, in at least min_traces head traces. resolved: in the base, in no head trace. worse:
     in both, the frequency (traces with it / judged traces) rose by at least min_delta AND the lower bound of the
     Newcombe score interval of the difference (at `confidence`) is above 0; better is the mirror image.
-    "Other" buckets, rejected and ignored insights are left out. 409 insights_not_ready until both runs have
+    "Other" buckets, rejected and ignored insights, and outlier findings alone not associated with failure are left
+    out. Without `level`, problems are counted: a node insight a system insight of the comparison holds is listed in
+    that one's `nodes`, not counted on its own. 409 insights_not_ready until both runs have
     finished and their insights are built (`insights_status` done)."""
 
     class FilterSerializer(serializers.Serializer):

@@ -27,10 +27,12 @@ from diagnosis.selectors import (
     insight_list,
     insight_list_ranked,
     insight_list_top,
+    insight_release_figures,
     insight_trend,
 )
 from diagnosis.selectors.association import insight_outcome_shares_map
 from diagnosis.selectors.expired_evidence import insight_evidence_expired_list
+from diagnosis.selectors.problems import insight_nodes_map
 from diagnosis.services.insights_refresh import insights_refresh_now, refresh_seconds
 from diagnosis.services.insights_review import insight_confirm, insight_reject, insight_status_set
 from diagnosis.tickets.export import CONTENT_TYPES, OUTPUTS, tickets_export
@@ -82,14 +84,24 @@ def insight_list_view(request: HttpRequest, slug: str) -> HttpResponse:
         "status": _choice(request, "status", Insight.Status.values),
         "release": _choice(request, "release", releases),
     }
+    # One row per problem unless a level is chosen: a system insight's node insights are nested in its row.
+    nested = not filters["level"]
     insights = insight_list_ranked(project=project, level=filters["level"] or None, node=filters["node"] or None,
                                    severity=filters["severity"] or None, status=filters["status"] or None,
-                                   release=filters["release"] or None, include_by_design=by_design)
+                                   release=filters["release"] or None, include_by_design=by_design, nested=nested)
     page = keyset_page(insights, field="rank", cursor=request.GET.get("cursor"), limit=PAGE_SIZE)
+    if filters["release"]:  # that release's figures (its latest judging run, as the trend), not all releases'
+        for insight in page.items:
+            row = insight_release_figures(insight=insight, release=filters["release"])
+            insight.frequency, insight.trace_count = row["frequency"], row["count"]
+            insight.judged_in_release = row["judged"]
     top = max((i.frequency for i in page.items), default=0) or 1
+    held = insight_nodes_map(project=project, system_pks=[i.pk for i in page.items
+                                                          if i.level == Insight.Level.SYSTEM]) if nested else {}
     for insight in page.items:
         insight.bar = insight.frequency / top  # relative to the most frequent one on the page
         insight.nodes_shown = _nodes_by_statements(insight)
+        insight.nested_nodes = held.get(insight.pk, [])
     context = {
         "project": project, "nav": "insights", "insights": page.items, "page": page, "filters": filters,
         "filtered": any(filters.values()), "has_any": every.exists(), "nodes": nodes,
@@ -197,7 +209,10 @@ def ticket_list_view(request: HttpRequest, slug: str) -> HttpResponse:
     status = request.GET.get("status", "open")
     if status not in STATUS_FILTERS:
         status = "open"
-    page = keyset_page(ticket_list(project=project, status=status), field="frequency",
+    # One row per problem: a ticket tracked by another (a node ticket under its system ticket) only when asked for
+    # the won't-fix list, where it is.
+    tickets = ticket_list(project=project, status=status, include_merged=status == Ticket.Status.WONT_FIX)
+    page = keyset_page(tickets, field="frequency",
                        cursor=request.GET.get("cursor"), limit=PAGE_SIZE)
     # The node most blamed in each ticket's failing traces: the whole page's in two queries.
     summaries = attribution_summary_map(project=project, insight_ids={t.insight_id for t in page.items if t.insight_id},

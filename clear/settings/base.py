@@ -383,6 +383,9 @@ CLEAR_EVOLUTION_MODEL_ALLOW_HTTP = env_bool("CLEAR_EVOLUTION_MODEL_ALLOW_HTTP", 
 # insight.regressed fires when an insight's frequency rose by at least this much (absolute, 0..1) since the last run
 # it occurred in (or when a fixed insight is reopened).
 CLEAR_INSIGHT_REGRESSION_DELTA = env_float("CLEAR_INSIGHT_REGRESSION_DELTA", 0.1)
+# An insight absent from (or fixed in) the previous release is "regressed" in a newer one judged on at least this many
+# traces where its frequency rose by CLEAR_INSIGHT_REGRESSION_DELTA (diagnosis/insights/regressed.py).
+CLEAR_INSIGHT_REGRESSION_MIN_TRACES = env_int("CLEAR_INSIGHT_REGRESSION_MIN_TRACES", 10)
 # Continuous insights (diagnosis/services/insights_refresh.py): newly judged traces of the day's continuous run refresh
 # the insights at most every REFRESH seconds, over the run's traces of the last CLEAR_CONTINUOUS_LOOKBACK_HOURS, the
 # newest WINDOW_TRACES of them; statements that join no insight wait for a full re-clustering of that window, at most

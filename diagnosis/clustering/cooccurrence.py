@@ -66,9 +66,13 @@ def cluster_from_rows(cluster_id: str, rows: list[int], statements: Sequence[Sta
 
 def _patterns(cluster: Cluster, statements: Sequence[Statement], row_of: dict[str, int]) -> dict[tuple, set[str]]:
     """(tool, judge) -> the patterns of the cluster's rule findings about a tool."""
+    return _row_patterns([row_of[sid] for sid in cluster.member_ids], statements)
+
+
+def _row_patterns(rows: list[int], statements: Sequence[Statement]) -> dict[tuple, set[str]]:
     found: dict[tuple, set[str]] = {}
-    for sid in cluster.member_ids:
-        s = statements[row_of[sid]]
+    for row in rows:
+        s = statements[row]
         if s.pattern and s.tool:
             found.setdefault((s.tool, s.source), set()).add(s.pattern)
     return found
@@ -125,6 +129,33 @@ def _first_symptom(members: list[Cluster], statements: Sequence[Statement], row_
     return members[best]
 
 
+def _system_joined(items: list[tuple[list[int], list[int] | None]], statements: Sequence[Statement],
+                   min_traces: int) -> list[tuple[list[int], list[int] | None]]:
+    """System clusters (rows, medoid rows) whose trace sets nearly coincide made one: a misroute is the router's
+    rubric violation, the worker's wrong lookup and the trace-level "never calls `refund_lookup`", all in the same
+    traces. The merged one keeps the medoid of a co-occurring node set (its first symptom) when one is in it."""
+    if len(items) < 2:
+        return items
+    sets = DisjointSets(len(items))
+    traces = [{statements[r].trace_id for r in rows} for rows, _ in items]
+    patterns = [_row_patterns(rows, statements) for rows, _ in items]
+    for i in range(len(items)):
+        for j in range(i + 1, len(items)):
+            common = len(traces[i] & traces[j])
+            if common >= min_traces and common / len(traces[i] | traces[j]) >= COOCCURRENCE_MIN_JACCARD:
+                a, b = sets.find(i), sets.find(j)
+                merged = _joined(patterns[a], patterns[b]) if a != b else None
+                if merged is not None:
+                    sets.union(a, b)
+                    patterns[sets.find(a)] = merged
+    out: list[tuple[list[int], list[int] | None]] = []
+    for group in sets.groups():
+        members = [items[i] for i in group]
+        medoid = next((m for _, m in members if m is not None), None)
+        out.append((sorted({r for rows, _ in members for r in rows}), medoid))
+    return out
+
+
 def merge_cooccurring(statements: Sequence[Statement], vectors: np.ndarray, *,
                       node_results: dict[str, ClusteringResult], system: ClusteringResult,
                       started: Mapping[str, float] | None = None,
@@ -165,8 +196,6 @@ def merge_cooccurring(statements: Sequence[Statement], vectors: np.ndarray, *,
         rows = [r for c in members for r in rows_of(c)]
         problems.append((rows, rows_of(root)))
         taken.update(rows)
-    if not problems:
-        return merged_nodes, system
     kept: list[tuple[list[int], list[int] | None]] = []
     for cluster in system.clusters:
         rows = [r for r in rows_of(cluster) if r not in taken]
@@ -175,7 +204,10 @@ def merge_cooccurring(statements: Sequence[Statement], vectors: np.ndarray, *,
         if (len(nodes) >= 2 or trace_level) and len(rows) >= p.min_cluster_size and \
                 len({statements[r].trace_id for r in rows}) >= p.min_traces:
             kept.append((rows, None))
-    kept += problems
+    joined = _system_joined(kept + problems, statements, p.min_traces)
+    if not problems and len(joined) == len(kept):
+        return merged_nodes, system
+    kept = joined
     kept.sort(key=lambda item: (-len(item[0]), min(item[0])))
     clusters = [cluster_from_rows(f"system:{i}", rows, statements, vectors, level=SYSTEM_LEVEL, node="",
                                   n_examples=p.n_examples, medoid_rows=medoid)

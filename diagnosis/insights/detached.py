@@ -30,6 +30,8 @@ def groups_detached(*, groups: list[Group], names: dict[int, tuple], drafts: lis
     from diagnosis.clustering import issue_stats
 
     rows = []
+    system_rows = {index: set(g.rows) for index, g in enumerate(groups)
+                   if g.level == "system" and not g.is_other}
     for index, group in enumerate(groups):
         stats = issue_stats({str(drafts[r].trace_pk) for r in group.rows}, traces)
         cluster, name = names.get(index, (None, None))
@@ -45,5 +47,8 @@ def groups_detached(*, groups: list[Group], names: dict[int, tuple], drafts: lis
             "centroid": centroid, "via": group.via, "count": len(group.rows), "trace_count": stats.count,
             "judged": stats.judged, "frequency": stats.frequency, "lift": stats.lift,
             "trace_ids": sorted({drafts[r].trace_id for r in group.rows}), "releases": dict(releases),
+            # a node group's statements in a system group: that problem holds it (as InsightLink does when written)
+            "systems": [] if group.level == "system" else sorted(
+                i for i, members in system_rows.items() if members & set(group.rows)),
         })
     return rows

@@ -71,6 +71,9 @@ class Insight(models.Model):
     review_note = models.TextField(blank=True)
     reopened_at = models.DateTimeField(null=True, blank=True)
     reopen_count = models.PositiveIntegerField(default=0)
+    # The release it came back in (insights/regressed.py), "" when it has not come back since it was absent or fixed.
+    regressed_in_release = models.CharField(max_length=100, blank=True)
+    regressed_at = models.DateTimeField(null=True, blank=True)
     merged_into = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL,
                                     related_name="merged_from")
     split_from = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="split_into")

@@ -34,6 +34,7 @@ from diagnosis.selectors.insights import (
     insight_list_top,
     insight_occurrences_of_run,
     insight_statement_list,
+    insight_release_figures,
     insight_trend,
     not_associated_with_failure,
 )
@@ -69,7 +70,7 @@ __all__ = [
     "feedback_get", "feedback_list",
     "feedback_list_for_trace", "feedback_runs_for_trace", "insight_count_by_node", "insight_evidence_list",
     "insight_get", "insight_link_pairs", "insight_links", "insight_list", "insight_list_ranked", "insight_list_top",
-    "insight_occurrences_of_run", "insight_statement_list", "insight_trend", "node_insight_heatmap_get",
+    "insight_occurrences_of_run", "insight_statement_list", "insight_release_figures", "insight_trend", "node_insight_heatmap_get",
     "node_judged_trace_counts", "node_stats_list", "node_workflow_get", "not_associated_with_failure", "rubric_get",
     "rubric_list", "trace_list_with_failing",
     "insights_last_refreshed",

@@ -16,11 +16,15 @@ def insight_list(*, project: Project, level: str | None = None, node: str | None
                  severity: str | list[str] | None = None, status: str | list[str] | None = None,
                  release: str | None = None, run: DiagnosisRun | None = None, review: str | None = None,
                  include_rejected: bool = False, include_other: bool = True,
-                 include_merged: bool = False, include_by_design: bool = False) -> QuerySet:
+                 include_merged: bool = False, include_by_design: bool = False, nested: bool = False) -> QuerySet:
     """The project's insights, most recently seen and most frequent first. Rejected insights, insights merged
-    into another and by-design behaviour (Insight.by_design: what a step does on every call, no problem) are hidden
-    unless asked for (or `review="rejected"`); "other" buckets (statements that fit no cluster) are listed unless
-    include_other=False. release / run: insights that occurred in traces of that release / in that run."""
+    into another, by-design behaviour (Insight.by_design: what a step does on every call, no problem) and outlier
+    findings alone not associated with failure (problems.py) are hidden unless asked for (or `review="rejected"`);
+    "other" buckets (statements that fit no cluster) are listed unless include_other=False. release / run: insights
+    that occurred in traces of that release / in that run. nested (no level given): one row per problem, a node
+    insight a listed system insight holds is left out (insight_nodes_map lists it under that one)."""
+    from diagnosis.selectors.problems import nested_in, outlier_alone_unassociated
+
     insights = Insight.objects.filter(project=project)
     if level:
         insights = insights.filter(level=level)
@@ -44,6 +48,10 @@ def insight_list(*, project: Project, level: str | None = None, node: str | None
         insights = insights.filter(occurrences__run=run)
     if release is not None:
         insights = insights.filter(occurrences__releases__has_key=release)
+    if review != Insight.Review.REJECTED:
+        insights = insights.exclude(outlier_alone_unassociated())
+    if nested and not level:
+        insights = insights.exclude(nested_in(insights.filter(level=Insight.Level.SYSTEM)))
     return insights.distinct().annotate(not_associated=not_associated_with_failure()).order_by(
         "is_other", "not_associated", "-last_seen", "-frequency", "-count", "pk")
 
@@ -60,23 +68,27 @@ def not_associated_with_failure():
 def insight_list_top(*, project: Project, limit: int = 8) -> list[Insight]:
     """The overview's top insights: open insights of both levels associated with failure or of unknown association
     (one that shows in succeeding traces as often is no top problem; the Insights page still lists it), by
-    frequency; a node insight is left out when a listed system insight (the problem it is part of) contains it, so
-    each problem shows once."""
-    candidates = list(insight_list(project=project, status=Insight.Status.OPEN, include_other=False)
-                      .filter(not_associated=0).order_by("-frequency", "-count", "pk")[:limit * 3])
-    systems = [i.pk for i in candidates if i.level == Insight.Level.SYSTEM]
-    within = {node_pk for _, node_pk in insight_link_pairs(project=project, system_pks=systems)}
-    return [i for i in candidates if i.pk not in within][:limit]
+    frequency; one row per problem: a node insight an open system insight holds is under it (`nested_nodes`), not
+    a row of its own."""
+    from diagnosis.selectors.problems import insight_nodes_map
+
+    top = list(insight_list(project=project, status=Insight.Status.OPEN, include_other=False, nested=True)
+               .filter(not_associated=0).order_by("-frequency", "-count", "pk")[:limit])
+    nodes = insight_nodes_map(project=project, system_pks=[i.pk for i in top if i.level == Insight.Level.SYSTEM])
+    for insight in top:
+        insight.nested_nodes = nodes.get(insight.pk, [])
+    return top
 
 
 def insight_list_ranked(*, project: Project, level: str | None = None, node: str | None = None,
                         severity: str | None = None, status: str | None = None,
-                        release: str | None = None, include_by_design: bool = False) -> QuerySet:
+                        release: str | None = None, include_by_design: bool = False,
+                        nested: bool = False) -> QuerySet:
     """insight_list with `rank`: the frequency, with patterns not associated with failure (lift interval including
     1) after those associated or of unknown association, and "other" buckets (statements that fit no pattern) last
     (frequency is at most 1, so the offsets keep the groups apart), so one keyset field orders the list."""
     insights = insight_list(project=project, level=level, node=node, severity=severity, status=status,
-                            release=release, include_by_design=include_by_design)
+                            release=release, include_by_design=include_by_design, nested=nested)
     return insights.annotate(rank=Case(When(is_other=True, then=F("frequency") - 4),
                                        When(by_design=True, then=F("frequency") - 2),
                                        When(lift_low__isnull=False, lift_low__lte=1, then=F("frequency") - 2),
@@ -155,3 +167,10 @@ def insight_occurrences_of_run(*, project: Project, run: DiagnosisRun) -> QueryS
     """Each insight's figures in one run (one row per insight that occurred in it; "other" buckets left out)."""
     return (InsightOccurrence.objects.filter(run=run, insight__project=project, insight__is_other=False)
             .select_related("insight"))
+
+
+def insight_release_figures(*, insight: Insight, release: str) -> dict:
+    """The insight in one release, from its trend by release: {release, count, judged, frequency, run}; zeros when
+    no run with insights judged that release."""
+    row = next((r for r in insight.trend or [] if r.get("release") == release), None)
+    return row or {"release": release, "count": 0, "judged": 0, "frequency": 0.0, "run": None}

@@ -76,6 +76,7 @@ class InsightChange:
     delta: float | None  # f_head - f_base
     delta_low: float | None
     delta_high: float | None
+    nodes: list[InsightChange] = field(default_factory=list)  # node insights the system insight holds (no level)
 
 
 @dataclass(slots=True)
@@ -133,6 +134,12 @@ def _detached_sides(run: DiagnosisRun, groups: list[dict], insights: dict) -> tu
     judged = int((run.insights_summary or {}).get("judged", run.done_count) or 0)
     stored = Insight.objects.in_bulk([g["insight_id"] for g in groups if g.get("insight_id")])
     sides: dict = {}
+    keys: dict[int, object] = {}
+    for index, group in enumerate(groups):
+        if group.get("is_other"):
+            continue
+        found = stored.get(group.get("insight_id"))
+        keys[index] = _final(found, insights).pk if found is not None else (str(run.pk), index)
     for index, group in enumerate(groups):
         if group.get("is_other"):
             continue
@@ -145,6 +152,8 @@ def _detached_sides(run: DiagnosisRun, groups: list[dict], insights: dict) -> tu
             insight = Insight(level=group["level"], node=group["node"], title=group["title"],
                               severity=group["severity"], fingerprint=group.get("fingerprint", ""))
             insight.detached_centroid = group.get("centroid")
+            # the problems (system groups) of this run that hold this new node group: _nest puts it under them
+            insight.detached_holders = [keys[i] for i in group.get("systems") or [] if i in keys]
         insights.setdefault(key, insight)
         known = sides.get(key)
         if known is None or side.trace_count > known.trace_count:
@@ -172,10 +181,15 @@ def _pair_new(base: dict, head: dict, insights: dict) -> None:
     if not heads or not bases:
         return
     by_repr = {repr(k): k for k in (*base, *head) if isinstance(k, tuple)}
+    renamed: dict = {}
     for head_ref, match in match_clusters_to_insights(heads, bases, threshold=identity_threshold()).items():
         if match.insight_id is not None:
             base_key, head_key = by_repr[match.insight_id], by_repr[head_ref]
             base[head_key] = base.pop(base_key)
+            renamed[base_key] = head_key
+    for insight in insights.values():  # holders named by the base's keys follow the rename
+        if getattr(insight, "detached_holders", None):
+            insight.detached_holders = [renamed.get(k, k) for k in insight.detached_holders]
 
 
 def _sides(project: Project, run: DiagnosisRun, insights: dict) -> tuple[int, dict]:
@@ -228,22 +242,63 @@ def insights_compare(*, project: Project, base_run: DiagnosisRun, head_run: Diag
     _pair_new(base, head, insights)
     comparison = Comparison(base_run=base_run, head_run=head_run, base_judged=base_judged, head_judged=head_judged,
                             thresholds=thresholds)
+    unlisted = _unlisted_outliers(project, [key for key in (*base, *head) if isinstance(key, int)])
     for insight_id in sorted(set(base) | set(head), key=str):
         insight = insights[insight_id]
         if insight.is_other or insight.review == Insight.Review.REJECTED or insight.status == Insight.Status.IGNORED:
+            continue
+        if insight_id in unlisted:
             continue
         if level and insight.level != level:
             continue
         b = base.get(insight_id) or Side(0, 0, base_judged, 0.0)
         h = head.get(insight_id) or Side(0, 0, head_judged, 0.0)
         change, delta, interval = _classify(b, h, thresholds)
+        insight.compare_key = insight_id
         comparison.changes[change].append(InsightChange(
             insight=insight, change=change, base=b, head=h, delta=delta,
             delta_low=interval[0] if interval else None, delta_high=interval[1] if interval else None))
+    if not level:
+        _nest(project, comparison)
     for rows in comparison.changes.values():
         rows.sort(key=lambda c: (_SEVERITY_RANK.get(c.insight.severity, 9), -max(c.head.frequency, c.base.frequency),
                                  str(c.insight.pk or c.insight.title)))
     return comparison
+
+
+def _unlisted_outliers(project: Project, pks: list[int]) -> set[int]:
+    """Outlier findings alone not associated with failure: no problem, as the lists hide them."""
+    from diagnosis.selectors.problems import outlier_alone_unassociated
+
+    return set(Insight.objects.filter(project=project, pk__in=pks).filter(outlier_alone_unassociated())
+               .values_list("pk", flat=True))
+
+
+def _nest(project: Project, comparison: Comparison) -> None:
+    """One row per problem, so a gate counts each bug once: a node insight held by a system insight of the
+    comparison goes under it (`nodes`, under each one that holds it) and is counted with it, not on its own."""
+    from diagnosis.selectors import insight_link_pairs
+
+    rows = [row for change_rows in comparison.changes.values() for row in change_rows]
+    systems = {row.insight.compare_key: row for row in rows if row.insight.level == Insight.Level.SYSTEM}
+    holders: dict[object, list[InsightChange]] = {}
+    for system_pk, node_pk in insight_link_pairs(project=project,
+                                                 system_pks=[k for k in systems if isinstance(k, int)]):
+        holders.setdefault(node_pk, []).append(systems[system_pk])
+    for row in rows:  # a node pattern of a run that writes no insights, held by a problem of that run
+        held = [systems[k] for k in getattr(row.insight, "detached_holders", None) or [] if k in systems]
+        if row.insight.level == Insight.Level.NODE and held:
+            holders.setdefault(row.insight.compare_key, []).extend(held)
+    for change, change_rows in comparison.changes.items():
+        kept = []
+        for row in change_rows:
+            held_by = holders.get(row.insight.compare_key) if row.insight.level == Insight.Level.NODE else None
+            if held_by:
+                for system in held_by:
+                    system.nodes.append(row)
+            else:
+                kept.append(row)
+        comparison.changes[change] = kept
 
 
 def compare_run_resolve(*, project: Project, run_id=None, release: str | None = None, side: str) -> DiagnosisRun:

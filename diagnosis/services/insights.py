@@ -28,6 +28,7 @@ from diagnosis.insights.absorbed import insights_absorbed_retire
 from diagnosis.insights.detached import groups_detached
 from diagnosis.insights.embedding import centroid_of, embedder_get, statement_vectors
 from diagnosis.insights.groups import group_pattern, groups_fingerprints, groups_name, pattern_fingerprint
+from diagnosis.insights.held import groups_held, groups_title_pool, held_places
 from diagnosis.insights.identity import Known, groups_assign, identity_threshold, insights_resolved
 from diagnosis.insights.naming import NamingUsage, llm_namer_build, naming_model
 from diagnosis.insights.persist import RunData, insights_write
@@ -42,6 +43,7 @@ from diagnosis.models import (
     InsightOccurrence,
     InsightStatement,
 )
+from diagnosis.services.insights_regressed import insights_regressed_apply
 from diagnosis.services.insights_webhooks import insights_built_webhooks_emit
 
 logger = logging.getLogger(__name__)
@@ -113,6 +115,29 @@ def _drop_orphans(run: DiagnosisRun) -> int:
     return orphans.delete()[0]
 
 
+def _duplicates_merge(*, run: DiagnosisRun, written) -> None:
+    """Two open insights of one level, node and title are one problem (insights/held.py): the newer is merged into
+    the older, so ids stay. A rename by the model, or a database from before this rule, can leave such a pair."""
+    from diagnosis.services.insights_review import insight_merge
+
+    seen: dict[tuple, Insight] = {}
+    merged = set()
+    for insight in Insight.objects.filter(project_id=run.project_id, is_other=False, merged_into__isnull=True,
+                                          status__in=[Insight.Status.OPEN, Insight.Status.ACKNOWLEDGED]) \
+            .select_related("project").order_by("pk"):
+        key = (insight.level, insight.node, insight.title)
+        if key not in seen:
+            seen[key] = insight
+            continue
+        insight_merge(project=insight.project, source=insight, target=seen[key])
+        merged.add(insight.pk)
+    if merged:
+        logger.info("insights.duplicates_merged run=%s merged=%s", run.pk, sorted(merged))
+        written.new = [i for i in written.new if i not in merged]
+        written.matched = [i for i in written.matched if i not in merged]
+        written.reopened = [i for i in written.reopened if i not in merged]
+
+
 def insights_build(*, run: DiagnosisRun, force: bool = False) -> dict | None:
     """Build or update the project's insights from one finished run. Returns the run's insights summary, or None
     when the run is not finished or another build has it (or did it: pass force=True to rebuild)."""
@@ -174,7 +199,10 @@ class _Clustered:
     def medoids(self) -> dict[str, str]:
         return {c.id: c.medoid_id for c in self.clusters}
 
-    def grouped(self, project_id: int, refresh: RefreshRules | None = None) -> tuple[list, set[str]]:
+    def grouped(self, project_id: int, refresh: RefreshRules | None = None,
+                run: DiagnosisRun | None = None) -> tuple[list, set[str]]:
+        """run: a run that writes insights, whose would-be new groups of held statements go to the insights that
+        hold them (insights/held.py)."""
         known = _known(project_id=project_id, model_id=self.model_id)
         by_id = {c.id: c for c in self.clusters}
         patterns = {cid: pattern_fingerprint(pattern=shared, node=by_id[cid].node, level=by_id[cid].level)
@@ -182,8 +210,11 @@ class _Clustered:
         groups = groups_assign(clusters=self.clusters, fingerprints=self.fingerprints, rows_of=self.rows_of,
                                vectors=self.vectors, known=known, other_rows=self.other_rows, patterns=patterns)
         if refresh is not None and refresh.prior:
-            groups = groups_sticky(groups=groups, keys=[d.key for d in self.drafts], nodes=[d.node for d in self.drafts],
-                                   prior=refresh.prior, live=insights_resolved(known))
+            groups = groups_sticky(groups=groups, keys=[d.key for d in self.drafts],
+                                   nodes=[d.node for d in self.drafts], prior=refresh.prior,
+                                   live=insights_resolved(known))
+        if run is not None:
+            groups = groups_held(groups=groups, held=held_places(run=run, drafts=self.drafts, keys=self.keys))
         return groups, _wanted(groups)
 
 
@@ -255,7 +286,7 @@ def _build(run: DiagnosisRun, *, rebuild: bool, refresh: RefreshRules | None = N
     model = naming_model(run_model=run.model)
 
     def grouped() -> tuple[list, set[str]]:
-        return c.grouped(run.project_id, refresh)
+        return c.grouped(run.project_id, refresh, run)
 
     if model:
         # The model is asked before the project's lock is taken, with no transaction open: a name can take minutes,
@@ -272,10 +303,12 @@ def _build(run: DiagnosisRun, *, rebuild: bool, refresh: RefreshRules | None = N
         groups, wanted = grouped()
         namer = llm_namer_build(model=model, usage=NamingUsage(), wanted=wanted, cache_only=True)
         names = groups_name(groups=groups, drafts=drafts, vectors=vectors, llm=namer, medoids=medoids)
+        groups, names = groups_title_pool(project_id=run.project_id, groups=groups, names=names)
         fingerprints = groups_fingerprints(groups=groups, names=names, drafts=drafts)
         data = RunData(run=run, drafts=drafts, keys=c.keys, vectors=vectors, traces=traces, model_id=c.model_id)
         written = insights_write(data=data, groups=groups, names=names, fingerprints=fingerprints,
                                  reopen_allowed=refresh.reopen_allowed if refresh else None)
+        _duplicates_merge(run=run, written=written)
         insights_built_webhooks_emit(run=run, created=written.new, matched=[] if refresh else written.matched,
                                      reopened=written.reopened)
         dropped = _drop_orphans(run) if rebuild and not refresh else 0
@@ -295,6 +328,7 @@ def _build(run: DiagnosisRun, *, rebuild: bool, refresh: RefreshRules | None = N
         if refresh is None:  # a refresh writes its run after the commit: the run's judging writes it meanwhile
             DiagnosisRun.objects.filter(pk=run.pk).update(insights_summary=summary)
             trend_refresh(project_id=run.project_id, current_run_id=run.pk)
+            insights_regressed_apply(run=run)
             DiagnosisRun.objects.filter(pk=run.pk).update(insights_status="done", insights_finished_at=timezone.now())
     logger.info("insights.built run=%s statements=%d new=%d matched=%d reopened=%d seconds=%.1f", run.pk,
                 len(drafts), len(written.new), len(written.matched), len(written.reopened), summary["seconds"])

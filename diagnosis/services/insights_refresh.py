@@ -55,6 +55,7 @@ from diagnosis.insights.statements import Draft, statements_collect
 from diagnosis.insights.trend import trend_refresh
 from diagnosis.models import DiagnosisRun, Feedback, Insight, InsightEvent, InsightStatement, RunTrace
 from diagnosis.services.insights import STALE_SECONDS, RESEND_SECONDS, RefreshRules, _build, _known
+from diagnosis.services.insights_regressed import insights_regressed_apply
 from diagnosis.services.insights_webhooks import insights_built_webhooks_emit
 
 logger = logging.getLogger(__name__)
@@ -91,9 +92,10 @@ def _send(run_id) -> None:
         logger.exception("insights.refresh_enqueue_failed run=%s", run_id)
 
 
-def insights_refresh_request(*, run_id, now: datetime | None = None, force: bool = False) -> bool:
-    """Queue a refresh of a running continuous run when it is due (force: whenever none is queued or running).
-    Returns True when one was queued."""
+def insights_refresh_request(*, run_id, now: datetime | None = None, force: bool = False,
+                             recluster: bool = False) -> bool:
+    """Queue a refresh of a running continuous run when it is due (force: whenever none is queued or running;
+    recluster: and make it a re-clustering). Returns True when one was queued."""
     now = now or timezone.now()
     run = DiagnosisRun.objects.filter(pk=run_id, continuous=True, status=DiagnosisRun.Status.RUNNING).first()
     if run is None:
@@ -109,9 +111,14 @@ def insights_refresh_request(*, run_id, now: datetime | None = None, force: bool
             return False
         if _signature(run) == _state(run).get("signature"):
             return False
+    changes = {}
+    if recluster:
+        summary = dict(run.insights_summary or {})
+        summary["refresh"] = {**_state(run), "recluster_asked": True}
+        changes["insights_summary"] = summary
     if not DiagnosisRun.objects.filter(pk=run.pk, insights_status=run.insights_status,
                                        insights_started_at=run.insights_started_at).update(
-            insights_status="queued", insights_started_at=now):
+            insights_status="queued", insights_started_at=now, **changes):
         return False
     transaction.on_commit(lambda: _send(run.pk))
     return True
@@ -135,13 +142,14 @@ def insights_refresh_final(*, run_id) -> bool:
 
 
 def insights_refresh_now(*, project: Project) -> bool | None:
-    """"Refresh now" on the Insights page: the project's running continuous run, refreshed as soon as a worker takes
+    """"Refresh now" on the Insights page: the project's running continuous run, re-clustered as soon as a worker takes
     it. True: queued; False: a refresh is queued or running already; None: no continuous run to refresh."""
     run = DiagnosisRun.objects.filter(project=project, continuous=True, status=DiagnosisRun.Status.RUNNING) \
         .order_by("-created_at").first()
     if run is None:
         return None
-    return insights_refresh_request(run_id=run.pk, force=True)
+    # a re-clustering: the user asks for the list as a full build would make it now
+    return insights_refresh_request(run_id=run.pk, force=True, recluster=True)
 
 
 def _window(run: DiagnosisRun, now: datetime) -> set[int]:
@@ -184,9 +192,10 @@ def insights_refresh(*, run_id) -> dict | None:
         newest = state["signature"][1]
         full_at = datetime.fromisoformat(state["full_at"]) if state.get("full_at") else None
         streak = state.get("reopen_streak")  # one refresh counts once, whether incremental, full or both
+        asked = bool(state.pop("recluster_asked", False))
         if full_at is not None:
             _incremental(run=run, state=state, window=window, upto=newest, now=now)
-        due = _recluster_due(state, now, full_at)
+        due = asked or _recluster_due(state, now, full_at)
         if full_at is None or due:
             _full(run=run, state=state, window=window, upto=newest, now=now, streak=streak)
     except Exception as exc:
@@ -204,6 +213,7 @@ def insights_refresh(*, run_id) -> dict | None:
     DiagnosisRun.objects.filter(pk=run_id).update(insights_summary=summary, insights_status="done",
                                                   insights_finished_at=timezone.now(), insights_error="")
     trend_refresh(project_id=run.project_id, current_run_id=run.pk)
+    insights_regressed_apply(run=run)
     from diagnosis.tickets.services import ticket_sync_after_insights  # tickets follow (never raises, never closes)
 
     ticket_sync_after_insights(run_id=run_id, insight_ids=tickets_of)

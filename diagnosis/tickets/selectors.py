@@ -25,9 +25,13 @@ def ticket_statuses(status: str) -> list[str] | None:
 
 
 def ticket_list(*, project: Project, status: str = "all", level: str | None = None, node: str | None = None,
-                severity: str | None = None, insight_id: int | None = None) -> QuerySet[Ticket]:
-    """The project's tickets, newest first."""
+                severity: str | None = None, insight_id: int | None = None,
+                include_merged: bool = True) -> QuerySet[Ticket]:
+    """The project's tickets, newest first. include_merged=False: one row per problem, leaving out the tickets
+    that point to another (`merged_into`: a node ticket tracked by its system ticket, which lists it in `nodes`)."""
     tickets = Ticket.objects.filter(project=project)
+    if not include_merged:
+        tickets = tickets.filter(merged_into__isnull=True)
     statuses = ticket_statuses(status)
     if statuses is not None:
         tickets = tickets.filter(status__in=statuses)

@@ -137,3 +137,21 @@ def test_reports_stay_valid_whatever_the_titles_hold():
     text = markdown_summary(comparison, args, over)
     assert text.startswith("## Clear gate failed: `v'1` against `main`")
     assert "<b>" not in text and "](javascript" not in text and "\\|" in text
+
+
+def test_the_gate_counts_each_planted_bug_once(gate_env, project, capsys):
+    """Issue 39: on the demo's data (v1 every bug, v2 without the misroute, one full run over both), `gate --release
+    v2 --baseline-release v1` lists the misroute once, as resolved: its node patterns of the gate's runs (the planner's
+    rubric finding, which no stored node insight matches without the contrastive judge) are under it."""
+    from diagnosis.management.commands.demo_setup import _demo_rubrics_create
+    from tests.diagnosis.insights.conftest import diagnose
+
+    _demo_rubrics_create(project=project)
+    support_desk_ingest(project=project, bugs="all", release="v1", seed=0)
+    support_desk_ingest(project=project, bugs="mediator_race,retry_loop", release="v2", seed=1)
+    diagnose(project, "")
+    assert main(["gate", "--release", "v2", "--baseline-release", "v1", "--interval", "0.05"]) == 0
+    out = capsys.readouterr().out
+    assert "new 0 (max 0), worse 0 (max 0), resolved 1, better 0, unchanged 2" in out, out
+    resolved = [line for line in out.splitlines() if line.strip().startswith("RESOLVED")]
+    assert len(resolved) == 1 and "intent: refund" in resolved[0], out

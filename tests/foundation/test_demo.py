@@ -44,6 +44,8 @@ def demo(request, tmp_path_factory):
     var_dir = tmp_path_factory.mktemp(f"demo-var-{request.param}")
     port = free_port()
     env = _embedded_env(var_dir)
+    # Issue 39's acceptance: the insights hold through refreshes and re-clusterings a few seconds apart.
+    env.update(CLEAR_INSIGHT_REFRESH_SECONDS="3", CLEAR_INSIGHT_RECLUSTER_SECONDS="4", CLEAR_CONTINUOUS_SECONDS="2")
     if request.param == "postgres":
         env["DATABASE_URL"] = _postgres_database_create(request)
     process, output = demo_start(env=env, port=port)
@@ -177,6 +179,84 @@ def test_demo_registers_the_example_agent_as_an_evolution_target(demo):
     )
     assert listed.returncode == 0, listed.stderr
     assert [line.split("\t")[1:] for line in listed.stdout.splitlines()] == [["support_desk", str(repo)]]
+
+
+# ---- one row per planted bug, through every refresh (issue 39) ------------------------------------------------
+
+_STATE = """
+import json
+from diagnosis.models import DiagnosisRun, Insight
+from traces.models import Trace
+run = DiagnosisRun.objects.filter(continuous=True).order_by("-created_at").first()
+refresh = ((run.insights_summary or {}).get("refresh") or {}) if run else {}
+print(json.dumps({
+    "traces": Trace.objects.count(), "refreshes": refresh.get("count", 0), "reclusterings": refresh.get("full_count", 0),
+    "busy": run is not None and run.insights_status in ("queued", "running"),
+    "insights": sorted([i.pk, i.level, i.node, i.title, i.severity] for i in Insight.objects.filter(
+        merged_into__isnull=True, is_other=False, status__in=["open", "acknowledged"])),
+}))
+"""
+
+
+def _demo_state(demo) -> dict:
+    """Read from the demo's own database (SQLite in its var dir, or its Postgres database)."""
+    result = subprocess.run([sys.executable, "manage.py", "shell", "-c", _STATE], cwd=ROOT, env=demo.env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def _insight_rows(page, demo, slug: str) -> list[tuple[str, str]]:
+    page.goto(f"{demo.url}/p/{slug}/insights/")
+    rows = page.locator("[data-testid=insight-table] > tbody > tr")
+    return [(rows.nth(i).get_attribute("data-insight"), _plain(rows.nth(i).locator(
+        "[data-testid=insight-link]").inner_text())) for i in range(rows.count())]
+
+
+def test_insights_list_one_row_per_bug_through_refreshes_and_the_gate_counts_each_once(demo, page):
+    slug = json.loads((demo.var_dir / "demo-credentials.json").read_text())["slug"]
+    page.goto(demo.url + "/login/")
+    page.fill("#id_username", demo.login)
+    page.fill("#id_password", demo.password)
+    page.click("button[type=submit]")
+    page.wait_for_selector("[data-testid=overview-stats]")
+    start = _demo_state(demo)
+    rows = _insight_rows(page, demo, slug)
+    # The three planted bugs, the misroute's node insights nested under its system insight; no token outlier.
+    assert len(rows) == 3, rows
+    assert not any("far above" in title for _, title in rows), rows
+    misroute = page.locator("[data-testid=insight-table] > tbody > tr", has_text="intent: refund")
+    assert {"planner", "orders_worker"} <= set(misroute.locator("[data-testid=nested-insights] .node-tag")
+                                               .all_inner_texts()), rows
+    screenshot(page, "insights-one-row-per-problem")
+
+    # Re-clusterings asked from the page ("Refresh now"), between the continuous run's own refreshes.
+    state = start
+    for _ in range(3):
+        before = state["reclusterings"]
+        page.goto(f"{demo.url}/p/{slug}/insights/")
+        page.click("[data-testid=insights-refresh-form] button")
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            state = _demo_state(demo)
+            if state["reclusterings"] > before and not state["busy"]:
+                break
+            time.sleep(0.5)
+        assert state["reclusterings"] > before, state
+    assert state["traces"] == start["traces"] == 44  # no new traces
+    assert state["refreshes"] >= start["refreshes"] + 3 and state["reclusterings"] >= start["reclusterings"] + 3
+    assert state["insights"] == start["insights"]  # ids, titles and severities unchanged
+    assert _insight_rows(page, demo, slug) == rows
+
+    # The gate counts problems: the misroute, gone in v2, once.
+    key = re.search(r"secret_key: (\S+)", demo.output).group(1)
+    gate = subprocess.run([sys.executable, "-m", "clear.cli", "gate", "--release", "v2", "--baseline-release", "v1",
+                           "--wait", "--timeout", "240", "--interval", "0.5"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300, env={**demo.env, "CLEAR_URL": demo.url, "CLEAR_API_KEY": key})
+    assert gate.returncode == 0, gate.stdout + gate.stderr
+    assert "new 0 (max 0), worse 0 (max 0), resolved 1, better 0, unchanged 2" in gate.stdout, gate.stdout
+    resolved = [line for line in gate.stdout.splitlines() if line.strip().startswith("RESOLVED")]
+    assert len(resolved) == 1 and "intent: refund" in resolved[0], gate.stdout
 
 
 # ---- every page a user can reach from the navigation ---------------------------------------------------------

@@ -92,12 +92,14 @@ def _system_insight(project, run) -> Insight:
 def test_the_level_column_holds_the_level_and_the_node_has_its_own_column(insighted, owner):
     project = insighted.project
     system = _system_insight(project, insighted.run)
-    html = client_for(owner).get(f"/p/{project.slug}/insights/").content.decode()
-    headers, _ = _table(html, "insight-table")
-    level_at, node_at = headers.index("Level"), headers.index("Node")
-    parser = _Table("insight-table")
-    parser.feed(html)
-    by_pk = {int(key): row for key, row in zip(parser.keys, parser.rows) if key}
+    by_pk = {}
+    for level in ("node", "system"):  # the flat lists: by default a system insight's node insights are in its row
+        html = client_for(owner).get(f"/p/{project.slug}/insights/?level={level}").content.decode()
+        headers, _ = _table(html, "insight-table")
+        level_at, node_at = headers.index("Level"), headers.index("Node")
+        parser = _Table("insight-table")
+        parser.feed(html)
+        by_pk.update({int(key): row for key, row in zip(parser.keys, parser.rows) if key})
     assert {i.level for i in _live(project)} == {"node", "system"}
     for insight in _live(project):
         row = by_pk[insight.pk]
@@ -194,6 +196,23 @@ def test_the_title_filters_escape_everything_and_cut_outside_markers():
 
 def test_a_token_outlier_says_its_tokens_once(insighted, owner):
     project, client = insighted.project, client_for(owner)
+    # The example's own token spread is no outlier (diagnosis/RUNS.md): record what the rule says of a blow-up.
+    from diagnosis.judges.rules.outliers import node_stats_compute, rule_token_outlier
+    from diagnosis.services.trace_view import trace_view_build
+
+    trace = Feedback.objects.filter(run=insighted.run).first().trace
+    view = trace_view_build(trace=trace)
+    llm = [s for s in view.spans if s.kind == "LLM"]
+    baseline = [(s.node, s.kind, s.tool_name, 1.0, 100.0 + i) for i, s in enumerate(llm * 8)]
+    llm[0].input_tokens, llm[0].output_tokens = 5000, 0
+    view.outcome = "failure"
+    (result,) = [r for r in rule_token_outlier(view, node_stats_compute(baseline))
+                 if r.verdict == "fail" and r.target_span_id == llm[0].span_id]
+    Feedback.objects.create(project=project, run=insighted.run, trace=trace, judge="rule.token_outlier",
+                            judge_kind="rule", verdict="fail", target_span_id=result.target_span_id,
+                            critique=result.critique, issues=[{"title": i.title, "detail": i.detail,
+                                                               "severity": i.severity, "evidence": []}
+                                                              for i in result.issues])
     outliers = Feedback.objects.filter(project=project, run=insighted.run, judge="rule.token_outlier", verdict="fail")
     assert outliers.exists()
     for feedback in outliers:

@@ -1,5 +1,8 @@
 """Outlier rules: a span's duration or token count far above its node's, against the medians and MADs of the run
-(`node_stats_compute`, computed once per run from every judged span)."""
+(`node_stats_compute`, computed once per run from every judged span).
+
+An outlier is a symptom, not a failure: on a trace whose recorded outcome is success the finding is kept (so the
+insight's lift can compare failing with succeeding traces) under a passing verdict."""
 
 from __future__ import annotations
 
@@ -9,11 +12,14 @@ from collections.abc import Callable, Iterable
 from statistics import median
 
 from diagnosis.judges.contract import Evidence, JudgeIssue, JudgeResult, SpanView, TraceView
-from diagnosis.judges.rules.verdicts import rule_fail, rule_pass, rule_skip, span_label
+from diagnosis.judges.rules.verdicts import rule_fail, rule_noted, rule_pass, rule_skip, span_label
 
 # Iglewicz & Hoaglin: |modified z| > 3.5 flags an outlier; fewer than 8 samples give no usable baseline.
 OUTLIER_Z = 3.5
 OUTLIER_MIN_SAMPLES = 8
+# A tight baseline (MAD of a few tokens) makes +11% a z of 5; "far above" also needs the value to be at least
+# this many times the median.
+OUTLIER_MIN_RATIO = 2.0
 
 
 def stats_key(node: str, kind: str, tool: str) -> str:
@@ -73,7 +79,7 @@ def _outliers(trace: TraceView, stats: dict | None, *, judge: str, measure: str,
         if value is None or not baseline:
             continue
         z = _z(value, baseline)
-        if z is None or z <= OUTLIER_Z or math.isnan(z):
+        if z is None or z <= OUTLIER_Z or math.isnan(z) or value < OUTLIER_MIN_RATIO * baseline["median"]:
             continue
         # "202 tokens", not "tokens 202 tokens": the measure is named only when the unit does not name it.
         amount = f"{value:.0f} {unit}" if unit == measure else f"{measure} {value:.0f} {unit}"
@@ -83,8 +89,13 @@ def _outliers(trace: TraceView, stats: dict | None, *, judge: str, measure: str,
                    f"(MAD {baseline['mad']:.0f}, robust z {z:.1f}, {baseline['n']} spans).",
             severity="low" if z < 2 * OUTLIER_Z else "medium", evidence=[Evidence(span.span_id, "")],
         )
-        results.append(rule_fail(judge, span.span_id, f"{measure.capitalize()} outlier for its node.", [issue],
-                             value=value, median=baseline["median"], mad=baseline["mad"], z=round(z, 2)))
+        details = {"value": value, "median": baseline["median"], "mad": baseline["mad"], "z": round(z, 2)}
+        if trace.outcome == "success":
+            results.append(rule_noted(judge, span.span_id, f"{measure.capitalize()} outlier for its node; the run "
+                                                          "succeeded, so it is no failure.", [issue], **details))
+        else:
+            results.append(rule_fail(judge, span.span_id, f"{measure.capitalize()} outlier for its node.", [issue],
+                                     **details))
     return results or [rule_pass(judge, f"No span's {measure} stood out for its node.")]
 
 

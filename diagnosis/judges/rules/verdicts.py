@@ -8,7 +8,8 @@ from diagnosis.judges.recovery import Recovery
 
 # 2: tool-call turns in every format are output; recovered not-founds pass. 3: error titles name the tool and the
 # error's pattern (a cached result of 2 would bring back titles that lump every error of a tool together).
-RULES_VERSION = "rules-3"
+# 4: outliers need twice the median as well as the z-score, and pass (with the finding) on a succeeding trace.
+RULES_VERSION = "rules-4"
 _QUOTE_MAX = 200
 
 
@@ -20,6 +21,12 @@ def rule_fail(judge: str, span_id: str | None, critique: str, issues: list[Judge
 def rule_pass(judge: str, critique: str) -> JudgeResult:
     return JudgeResult(judge=judge, target_span_id=None, status="ok", score=1.0, verdict="pass", critique=critique,
                        prompt_version=RULES_VERSION)
+
+
+def rule_noted(judge: str, span_id: str | None, critique: str, issues: list[JudgeIssue], **details) -> JudgeResult:
+    """A finding that is no failure by itself: it speaks to the clustering (issues) under a passing verdict."""
+    return JudgeResult(judge=judge, target_span_id=span_id, status="ok", score=1.0, verdict="pass",
+                       critique=critique, issues=issues, prompt_version=RULES_VERSION, details=details)
 
 
 def rule_recovered(judge: str, span: SpanView, recovery: Recovery) -> JudgeResult:

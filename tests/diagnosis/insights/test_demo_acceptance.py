@@ -55,3 +55,24 @@ def test_one_ticket_per_planted_bug_at_its_node(project, settings):
         assert BUG_NODE[bug] in _nodes(found[0].insight), (bug, found[0].title, _nodes(found[0].insight))
     for insight in problems:
         assert len(_bugs(insight, run)) <= 1, insight.title
+
+
+def test_one_row_per_planted_bug_in_the_default_list(project, settings):
+    """Issue 39: the default list (one row per problem) shows each planted bug once, the misroute's node insights
+    and its trace-level "never calls `refund_lookup`" held by its system insight, and no outlier row."""
+    from diagnosis.selectors import insight_list
+    from diagnosis.selectors.problems import insight_nodes_map
+
+    settings.CLEAR_JUDGE_MODEL = ""
+    _demo_rubrics_create(project=project)
+    support_desk_ingest(project=project, bugs="all", release="v1", seed=0)
+    support_desk_ingest(project=project, bugs="mediator_race,retry_loop", release="v2", seed=1)
+    run = diagnose(project, "")
+    rows = list(insight_list(project=project, nested=True, include_other=False))
+    held = insight_nodes_map(project=project, system_pks=[i.pk for i in rows if i.level == "system"])
+    shown = [(i.level, i.node, i.title, sorted(_bugs(i, run)), [n.node for n in held.get(i.pk, [])]) for i in rows]
+    assert sorted(bug for *_, bugs, _ in shown for bug in bugs) == sorted(TOUCHED_BY), shown
+    assert len(rows) == 3, shown
+    misroute = next(i for i in rows if _bugs(i, run) == {"misroute"})
+    assert misroute.level == "system" and {"planner", "orders_worker"} <= {n.node for n in held[misroute.pk]}, shown
+    assert not any("far above" in i.title for i in rows), shown

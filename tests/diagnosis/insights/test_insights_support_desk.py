@@ -10,6 +10,7 @@ from diagnosis.services.evidence import span_text
 from diagnosis.services.trace_view import trace_view_build
 from tests.diagnosis.insights.conftest import BUG_NODE, TOUCHED_BY, diagnose, held, insight_for_tasks, tasks_of
 from tests.diagnosis.support import support_desk_ingest
+from traces.models import Span
 
 pytestmark = pytest.mark.django_db
 
@@ -126,6 +127,13 @@ def test_merge_and_split_survive_a_later_run(project, desk_rubrics):
     from diagnosis.services.insights_review import insight_merge, insight_split
 
     support_desk_ingest(project=project, bugs="all", release="r1")
+    # A second pattern at the planner to merge: a 5x token blow-up in three traces the misroute leaves alone (the
+    # example's own token spread is no outlier).
+    planner_llm = Span.objects.filter(project=project, node="planner", kind="LLM")
+    tasks = sorted(set(planner_llm.values_list("trace__task_id", flat=True)) - TOUCHED_BY["misroute"])[:3]
+    for planted in planner_llm.filter(trace__task_id__in=tasks):
+        planted.input_tokens = 5 * ((planted.input_tokens or 0) + (planted.output_tokens or 0))
+        planted.save(update_fields=["input_tokens"])
     first = diagnose(project, "r1")
     routing = insight_for_tasks(project, "planner", TOUCHED_BY["misroute"], first)
     (verbose,) = [i for i in Insight.objects.filter(project=project, level="node", node="planner", is_other=False)
