@@ -71,3 +71,15 @@ def refresh_insights(run_id: str) -> None:
     from diagnosis.services.insights_refresh import insights_refresh
 
     insights_refresh(run_id=run_id)
+
+
+@shared_task(name="diagnosis.attribute_insight", acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+def attribute_insight(project_id: int, insight_id: int) -> None:
+    """Attribute an insight's failing traces that have no attribution yet (the insight page's button); a
+    redelivered message finds them attributed and does nothing again."""
+    from clear.projects.models import Project
+    from diagnosis.attribution.services import attribution_compute_for_insight
+
+    project = Project.objects.filter(pk=project_id).first()
+    if project is not None:
+        attribution_compute_for_insight(project=project, insight_id=insight_id)

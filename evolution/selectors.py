@@ -274,6 +274,20 @@ class InsightFixNote:
                 "status": self.status}
 
 
+def evolution_insight_fix_rolled_back(*, project: Project, insight) -> InsightFixNote | None:
+    """The insight's latest fix that was promoted and then rolled back, for its page to say so when no fix is live
+    or on its way (the job page says it; the insight page forgot it once the fix stopped being live)."""
+    fix = (InsightFix.objects.filter(project=project, insight=insight, status=InsightFix.Status.ROLLED_BACK)
+           .select_related("job").order_by("-updated_at", "-pk").first())
+    if fix is None:
+        return None
+    promoted = fix.promoted_at.strftime("%Y-%m-%d %H:%M UTC") if fix.promoted_at else "?"
+    text = (f"A fix was promoted on {promoted} (job {fix.job_id}, release {fix.release}) and rolled back on "
+            f"{fix.updated_at:%Y-%m-%d %H:%M UTC}: it is not live.")
+    return InsightFixNote(kind="rolled_back", job=fix.job, text=text, since=fix.promoted_at, release=fix.release,
+                          status=fix.status)
+
+
 def evolution_insight_fix_note(*, project: Project, insight) -> InsightFixNote | None:
     """The insight's fix that is live (a promoted release, or a merged PR, still watched or confirmed fixed, not
     rolled back), else one on its way (a job running or awaiting a decision, a PR not marked merged yet)."""

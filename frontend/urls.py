@@ -7,6 +7,7 @@ from frontend import (
 )
 from frontend import views_login
 from frontend import views_password
+from frontend import views_webhooks
 
 app_name = "frontend"
 
@@ -34,6 +35,8 @@ urlpatterns = [
     path("p/<slug:slug>/insights/<int:insight_id>/", views_insights.insight_detail, name="insight"),
     path("p/<slug:slug>/insights/<int:insight_id>/review/", views_insights.insight_review, name="insight-review"),
     path("p/<slug:slug>/insights/<int:insight_id>/status/", views_insights.insight_status, name="insight-status"),
+    path("p/<slug:slug>/insights/<int:insight_id>/attribute/", views_insights.insight_attribute,
+         name="insight-attribute"),
     path("p/<slug:slug>/tickets/", views_insights.ticket_list_view, name="tickets"),
     path("p/<slug:slug>/tickets/export/", views_insights.ticket_export, name="tickets-export"),
     path("p/<slug:slug>/tickets/<int:ticket_id>/status/", views_insights.ticket_status, name="ticket-status"),
@@ -85,4 +88,8 @@ urlpatterns = [
     path("p/<slug:slug>/settings/issue-tracker/", views_tracker.issue_tracker, name="issue-tracker"),
     path("p/<slug:slug>/settings/issue-tracker/disconnect/", views_tracker.issue_tracker_remove,
          name="issue-tracker-disconnect"),
+    path("p/<slug:slug>/settings/webhooks/", views_webhooks.webhooks, name="webhooks"),
+    path("p/<slug:slug>/settings/webhooks/<int:webhook_id>/test/", views_webhooks.webhook_test, name="webhook-test"),
+    path("p/<slug:slug>/settings/webhooks/<int:webhook_id>/delete/", views_webhooks.webhook_remove,
+         name="webhook-delete"),
 ]

@@ -19,6 +19,7 @@ from diagnosis.insights.headline import diagnosis_run_headline
 from diagnosis.models import Insight
 from diagnosis.selectors import (
     diagnosis_run_latest,
+    diagnosis_run_failing_traces,
     diagnosis_run_list_with_insights,
     diagnosis_run_spend,
     insight_count_by_node,
@@ -104,6 +105,9 @@ def overview(request: HttpRequest, slug: str) -> HttpResponse:
             "figures_run": diagnosis_run_headline(project=project),
             "top_insights": top_insights(project=project),
         })
+        shown = context["figures_run"] or context["latest_run"]
+        # the run's own figure beside the run (the judge spend card counts every run's latest verdicts)
+        context["run_failing"] = diagnosis_run_failing_traces(project=project, run=shown) if shown else 0
     return render(request, "frontend/overview.html", context)
 
 

@@ -16,17 +16,18 @@ from django.views.decorators.http import require_POST
 from clear.errors import ClearError, NotFoundError
 from clear.projects.models import Project
 from diagnosis.attribution.selectors import attribution_summary_for_insight, attribution_summary_map
+from diagnosis.attribution.services import attribution_request_for_insight
 from diagnosis.models import Insight
 from diagnosis.selectors import (
     diagnosis_run_latest,
     insights_last_refreshed,
-    insight_evidence_list,
     insight_get,
     insight_count_by_node,
     insight_links,
     insight_list,
     insight_list_ranked,
     insight_list_top,
+    insight_evidence_of_figures_run,
     insight_release_figures,
     insight_trend,
 )
@@ -39,7 +40,7 @@ from diagnosis.tickets.export import CONTENT_TYPES, OUTPUTS, tickets_export
 from diagnosis.tickets.models import IssueTrackerConnection, Ticket
 from diagnosis.tickets.selectors import STATUS_FILTERS, ticket_for_insight, ticket_get, ticket_list
 from diagnosis.tickets.services import ticket_status_set
-from evolution.selectors import evolution_insight_fix_note
+from evolution.selectors import evolution_insight_fix_note, evolution_insight_fix_rolled_back
 from frontend.pagination import keyset_page
 from frontend.views import project_for
 from traces.selectors import trace_release_list
@@ -95,11 +96,10 @@ def insight_list_view(request: HttpRequest, slug: str) -> HttpResponse:
             row = insight_release_figures(insight=insight, release=filters["release"])
             insight.frequency, insight.trace_count = row["frequency"], row["count"]
             insight.judged_in_release = row["judged"]
-    top = max((i.frequency for i in page.items), default=0) or 1
     held = insight_nodes_map(project=project, system_pks=[i.pk for i in page.items
                                                           if i.level == Insight.Level.SYSTEM]) if nested else {}
     for insight in page.items:
-        insight.bar = insight.frequency / top  # relative to the most frequent one on the page
+        insight.bar = insight.frequency  # one absolute scale, 0–100% of judged traces, as on the overview
         insight.nodes_shown = _nodes_by_statements(insight)
         insight.nested_nodes = held.get(insight.pk, [])
     context = {
@@ -134,9 +134,8 @@ def insight_detail(request: HttpRequest, slug: str, insight_id: int) -> HttpResp
     project = project_for(request, slug)
     insight = _insight_for(project, insight_id)
     trend = insight_trend(project=project, insight=insight)
-    top = max((r.get("frequency") or 0 for r in trend.by_release), default=0) or 1
-    by_release = [{**r, "bar": (r.get("frequency") or 0) / top} for r in trend.by_release]
-    evidence = insight_evidence_list(project=project, insight=insight)
+    by_release = [{**r, "bar": r.get("frequency") or 0} for r in trend.by_release]  # absolute, 0–100%
+    evidence = insight_evidence_of_figures_run(project=project, insight=insight)  # the ticket cites the same
     # ?node=: the citations of statements made at that node (a heat map cell links here).
     node = request.GET.get("node", "").strip()[:300]
     if node:
@@ -154,11 +153,14 @@ def insight_detail(request: HttpRequest, slug: str, insight_id: int) -> HttpResp
         "links": list(insight_links(project=project, insight=insight)),
         "is_system": insight.level == Insight.Level.SYSTEM,
         "evidence": shown, "evidence_total": evidence.count() + len(expired),
+        "evidence_of_figures_run": insight.last_run_id is not None and evidence.exists()
+        and not evidence.exclude(run_id=insight.last_run_id).exists(),
         "expired_evidence": expired_shown, "evidence_shown": len(shown) + len(expired_shown),
         "affected_nodes": sorted((insight.affected_nodes or {}).items(), key=lambda kv: (-kv[1], kv[0])),
         "ticket": ticket_for_insight(project=project, insight=insight),
         "statuses": Insight.Status.choices, "evidence_node": node,
-        "evolution_fix": evolution_insight_fix_note(project=project, insight=insight),  # _insight_fix_note.html
+        "evolution_fix": evolution_insight_fix_note(project=project, insight=insight)  # _insight_fix_note.html
+        or evolution_insight_fix_rolled_back(project=project, insight=insight),
         "attribution": attribution_summary_for_insight(project=project, insight=insight),
     }
     return render(request, "frontend/insight.html", context)
@@ -183,6 +185,17 @@ def insight_review(request: HttpRequest, slug: str, insight_id: int) -> HttpResp
             messages.error(request, "Choose confirm or reject.")
     except ClearError as exc:
         messages.error(request, exc.message)
+    return redirect("frontend:insight", slug=project.slug, insight_id=insight.pk)
+
+
+@login_required
+@require_POST
+def insight_attribute(request: HttpRequest, slug: str, insight_id: int) -> HttpResponse:
+    """"Attribute them": the insight's failing traces without an attribution, attributed by a worker (offline)."""
+    project = project_for(request, slug)
+    insight = _insight_for(project, insight_id)
+    attribution_request_for_insight(project=project, insight_id=insight.pk)
+    messages.success(request, "Attribution queued: a worker attributes its failing traces (reload in a moment).")
     return redirect("frontend:insight", slug=project.slug, insight_id=insight.pk)
 
 

@@ -221,3 +221,27 @@ def attribution_compute_for_run(*, run_id) -> AttributionBatch | None:
         batch.computed += 1
     batch.already_present = len(judged) - len(stale)
     return batch
+
+
+def attribution_compute_for_insight(*, project: Project, insight_id: int) -> AttributionBatch | None:
+    """The learned attribution (offline) of the insight's failing traces that have none yet: what the insight page's
+    "Attribute them" button asks a worker for. None when the insight is not the project's."""
+    from diagnosis.models import Insight, InsightStatement
+
+    insight = Insight.objects.filter(project=project, pk=insight_id).first()
+    if insight is None:
+        return None
+    field = "node_insight" if insight.level == Insight.Level.NODE else "system_insight"
+    trace_ids = set(InsightStatement.objects.filter(project=project, excluded=False, **{field: insight},
+                                                    trace__outcome=Trace.Outcome.FAILURE)
+                    .values_list("trace__trace_id", flat=True))
+    return attribution_compute_for_project(project=project, method="learned", trace_ids=trace_ids)
+
+
+def attribution_request_for_insight(*, project: Project, insight_id: int) -> None:
+    """Queue attribution_compute_for_insight for a worker, after the request's transaction commits."""
+    from django.db import transaction
+
+    from diagnosis.tasks import attribute_insight
+
+    transaction.on_commit(lambda: attribute_insight.delay(project.pk, insight_id))

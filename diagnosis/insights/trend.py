@@ -1,49 +1,68 @@
 """Trend by release: for each release, the latest run with insights that judged traces of that release says how
 many of them had the insight (InsightOccurrence.releases) out of how many were judged (the run's
 insights_summary["judged_by_release"]). A release judged again later is described by the later run only, so
-re-running a release never double-counts it, and a fixed insight shows 0 for the releases judged after the fix."""
+re-running a release never double-counts it, and a fixed insight shows 0 for the releases judged after the fix.
+A run still judging a release (a continuous run that took its traces) does not replace a run that judged all of it;
+shown before any complete run, its row is marked partial with how many of the release's traces it has judged."""
 
 from __future__ import annotations
 
-from django.db.models import Q
+from django.db.models import Count, Q
 
-from diagnosis.models import DiagnosisRun, Insight, InsightOccurrence
+from diagnosis.models import DiagnosisRun, Insight, InsightOccurrence, RunTrace
 
 
-def _latest_by_release(*, project_id: int, current_run_id=None) -> tuple[list[str], dict[str, object], dict[str, int]]:
-    runs = DiagnosisRun.objects.filter(project_id=project_id).filter(
+def _latest_by_release(*, project_id: int, current_run_id=None
+                       ) -> tuple[list[str], dict[str, object], dict[str, int], dict[str, int]]:
+    """Per release: the latest run with insights that judged it completely, else the latest that judged part of it
+    (its traces of that release not all judged yet: open says how many are still to judge)."""
+    runs = list(DiagnosisRun.objects.filter(project_id=project_id).filter(
         Q(insights_status="done") | Q(pk=current_run_id)).order_by("created_at", "pk")
+        .values_list("pk", "insights_summary"))
+    waiting: dict[tuple, int] = {}
+    for run_pk, release, n in (RunTrace.objects.filter(run_id__in=[pk for pk, _ in runs], status__in=RunTrace.OPEN)
+                               .values("run_id", "trace__release").annotate(n=Count("pk"))
+                               .values_list("run_id", "trace__release", "n")):
+        waiting[(run_pk, release or "")] = n
     order: list[str] = []
     latest: dict[str, object] = {}
     judged: dict[str, int] = {}
-    for run_pk, summary in runs.values_list("pk", "insights_summary"):
+    open_: dict[str, int] = {}
+    for run_pk, summary in runs:
         for release, n in ((summary or {}).get("judged_by_release") or {}).items():
             if release not in latest:
                 order.append(release)
-            latest[release], judged[release] = run_pk, int(n)
-    return order, latest, judged
+            partial = waiting.get((run_pk, release), 0)
+            if partial and release in latest and not open_.get(release):
+                continue  # a complete run of the release stands until a later one is complete too
+            latest[release], judged[release], open_[release] = run_pk, int(n), partial
+    return order, latest, judged, open_
 
 
-def _trend(insight_id: int, order, latest, judged, counts) -> list[dict]:
+def _trend(insight_id: int, order, latest, judged, counts, open_) -> list[dict]:
     out = []
     for release in order:
         run_pk = latest[release]
         count = int((counts.get((insight_id, run_pk)) or {}).get(release, 0))
         n = judged[release]
-        out.append({"release": release, "count": count, "judged": n, "frequency": round(count / n, 6) if n else 0.0,
-                    "run": str(run_pk)})
+        row = {"release": release, "count": count, "judged": n, "frequency": round(count / n, 6) if n else 0.0,
+               "run": str(run_pk)}
+        if open_.get(release):
+            row["partial"] = True
+            row["of"] = n + open_[release]  # "4 of 22 judged"
+        out.append(row)
     return out
 
 
 def trend_refresh(*, project_id: int, current_run_id=None) -> int:
     """Recompute Insight.trend for every live insight of the project; returns how many were written."""
-    order, latest, judged = _latest_by_release(project_id=project_id, current_run_id=current_run_id)
+    order, latest, judged, open_ = _latest_by_release(project_id=project_id, current_run_id=current_run_id)
     counts = {(i, r): rel for i, r, rel in InsightOccurrence.objects.filter(
         insight__project_id=project_id, run_id__in=set(latest.values())).values_list("insight_id", "run_id",
                                                                                        "releases")}
     insights = list(Insight.objects.filter(project_id=project_id, merged_into__isnull=True).only("pk", "trend"))
     for insight in insights:
-        insight.trend = _trend(insight.pk, order, latest, judged, counts)
+        insight.trend = _trend(insight.pk, order, latest, judged, counts, open_)
     Insight.objects.bulk_update(insights, ["trend"], batch_size=500)
     return len(insights)
 

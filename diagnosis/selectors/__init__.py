@@ -34,6 +34,7 @@ from diagnosis.selectors.insights import (
     insight_list_top,
     insight_occurrences_of_run,
     insight_statement_list,
+    insight_evidence_of_figures_run,
     insight_release_figures,
     insight_trend,
     not_associated_with_failure,
@@ -45,6 +46,7 @@ from diagnosis.selectors.nodes import (
 )
 from diagnosis.selectors.rubrics import (
     rubric_get,
+    rubric_judge_names,
     rubric_list,
 )
 from diagnosis.selectors.runs import (
@@ -57,6 +59,7 @@ from diagnosis.selectors.runs import (
     diagnosis_run_list,
     diagnosis_run_list_with_insights,
     diagnosis_run_reusable,
+    diagnosis_run_failing_traces,
     diagnosis_run_spend,
     diagnosis_run_summary,
 )
@@ -65,13 +68,13 @@ __all__ = [
     "HeatMap", "HeatMapCell", "HeatMapRow", "InsightTrend", "JudgeSpend", "NodeStats", "RunSummary",
     "diagnosis_run_get", "diagnosis_run_latest", "diagnosis_run_latest_finished", "diagnosis_run_list",
     "diagnosis_run_list_with_failing", "diagnosis_run_list_with_insights", "diagnosis_run_reusable",
-    "diagnosis_run_spend", "diagnosis_run_summary", "feedback_correction_map", "feedback_failing_list",
+    "diagnosis_run_failing_traces", "diagnosis_run_spend", "diagnosis_run_summary", "feedback_correction_map", "feedback_failing_list",
     "feedback_failing_list_for_run", "feedback_failing_spans", "feedback_failing_trace_count",
     "feedback_get", "feedback_list",
     "feedback_list_for_trace", "feedback_runs_for_trace", "insight_count_by_node", "insight_evidence_list",
     "insight_get", "insight_link_pairs", "insight_links", "insight_list", "insight_list_ranked", "insight_list_top",
-    "insight_occurrences_of_run", "insight_statement_list", "insight_release_figures", "insight_trend", "node_insight_heatmap_get",
+    "insight_occurrences_of_run", "insight_statement_list", "insight_evidence_of_figures_run", "insight_release_figures", "insight_trend", "node_insight_heatmap_get",
     "node_judged_trace_counts", "node_stats_list", "node_workflow_get", "not_associated_with_failure", "rubric_get",
-    "rubric_list", "trace_list_with_failing",
+    "rubric_judge_names", "rubric_list", "trace_list_with_failing",
     "insights_last_refreshed",
 ]

@@ -124,6 +124,18 @@ def insight_evidence_list(*, project: Project, insight, run: DiagnosisRun | None
             .order_by("-run__created_at", "outcome_rank", "trace_id", "span_id", "pk"))
 
 
+def insight_evidence_of_figures_run(*, project: Project, insight) -> QuerySet:
+    """The citations the insight's page and its ticket show: those of the run its figures come from (last_run), so
+    the statements, traces and citations they give are of one run; all runs' when that run cited none (figures
+    that only an incremental refresh grew)."""
+    evidence = insight_evidence_list(project=project, insight=insight)
+    if insight.last_run_id is not None:
+        of_run = evidence.filter(run_id=insight.last_run_id)
+        if of_run.exists():
+            return of_run
+    return evidence
+
+
 def insight_statement_list(*, project: Project, insight, run: DiagnosisRun | None = None,
                            include_excluded: bool = False) -> QuerySet:
     """The statements the insight holds (at its level), e.g. to choose the ones to split off."""

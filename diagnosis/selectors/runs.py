@@ -82,6 +82,12 @@ def run_errors_by_cause(*, project: Project, run: DiagnosisRun) -> list[dict]:
             for cause, g in sorted(groups.items(), key=lambda item: (-item[1]["count"], item[0]))]
 
 
+def diagnosis_run_failing_traces(*, project: Project, run: DiagnosisRun) -> int:
+    """Traces of the run with a failing verdict in it: the run page's figure, which the overview shows beside it."""
+    return (Feedback.objects.filter(project=project, run=run, verdict=Feedback.Verdict.FAIL)
+            .values("trace_id").distinct().count())
+
+
 def diagnosis_run_summary(*, project: Project, run: DiagnosisRun) -> RunSummary:
     feedback = Feedback.objects.filter(project=project, run=run)
     by_status = dict(Counter(dict(feedback.values_list("status").annotate(n=Count("pk")).values_list("status", "n"))))
@@ -91,7 +97,7 @@ def diagnosis_run_summary(*, project: Project, run: DiagnosisRun) -> RunSummary:
     return RunSummary(
         traces_total=run.total_count, traces_judged=run.done_count, traces_skipped=run.skipped_count,
         feedback_by_status=by_status, failing_by_judge=by_judge,
-        failing_traces=failing.values("trace_id").distinct().count(),
+        failing_traces=diagnosis_run_failing_traces(project=project, run=run),
         input_tokens=run.input_tokens, output_tokens=run.output_tokens, cost=run.cost, errors=run.error_count,
         dropped_evidence=run.dropped_evidence, contrastive=(run.config or {}).get("contrastive"),
         model_calls=feedback.exclude(model="").count(),
@@ -108,8 +114,11 @@ def diagnosis_run_latest(*, project: Project) -> DiagnosisRun | None:
 
 def insights_last_refreshed(*, project: Project):
     """When the project's insights list last changed (a full run's build or a continuous refresh; the server's clock,
-    UTC), or None; runs that are not full (detached) change nothing, so they do not count."""
-    return (DiagnosisRun.objects.filter(project=project, insights_status="done", insights_finished_at__isnull=False)
+    UTC), or None; runs that are not full (detached) change nothing, so they do not count. A continuous run whose
+    next refresh is queued or running still shows the list its last one made: its insights_finished_at is that one's
+    (a failed build or refresh sets it to the failure, so a failed run does not count)."""
+    return (DiagnosisRun.objects.filter(project=project, insights_status__in=["done", "queued", "running"],
+                                        insights_finished_at__isnull=False)
             .exclude(insights_summary__has_key="detached").order_by("-insights_finished_at")
             .values_list("insights_finished_at", flat=True).first())
 

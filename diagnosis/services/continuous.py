@@ -24,6 +24,7 @@ from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
 from diagnosis import conf
+from diagnosis.judges.contrastive import CONTRASTIVE_JUDGE
 from diagnosis.models import ContinuousMark, DiagnosisRun, Feedback, RunTrace
 from diagnosis.services.runs import (
     run_items_execute,
@@ -50,8 +51,12 @@ def complete_traces(*, now: datetime):
     changed = (Q(content_changed_at__gt=F("judged_at"))
                & Exists(ContinuousMark.objects.filter(trace=OuterRef("pk"), claimed_at__lt=OuterRef("content_changed_at")))
                & ~Exists(RunTrace.objects.filter(trace=OuterRef("pk"), status__in=RunTrace.OPEN)))
+    # A trace a running full run is about to judge waits for it: its verdicts are then taken, not made again
+    # (services/judging_reuse.py), and the day's run never describes a release with half of them.
+    judging = Exists(RunTrace.objects.filter(trace=OuterRef("pk"), status__in=RunTrace.OPEN, run__continuous=False,
+                                             run__status=DiagnosisRun.Status.RUNNING))
     return (Trace.objects.filter(last_received_at__lte=quiet_before, last_received_at__gte=received_after)
-            .exclude(root_span_id="").filter(Exists(root_ended)).filter(unclaimed | changed))
+            .exclude(root_span_id="").filter(Exists(root_ended)).filter(unclaimed | changed).exclude(judging))
 
 
 def continuous_run_get(*, project_id, now: datetime) -> DiagnosisRun:
@@ -64,8 +69,10 @@ def continuous_run_get(*, project_id, now: datetime) -> DiagnosisRun:
         with transaction.atomic():
             return DiagnosisRun.objects.create(
                 project_id=project_id, continuous=True, continuous_key=key, name=f"Continuous {key}",
-                status=DiagnosisRun.Status.RUNNING, started_at=now, judges=judges_resolve(
-                    judges=conf.continuous_judges(), model=model), model=model,
+                status=DiagnosisRun.Status.RUNNING, started_at=now, judges=[
+                    # the contrastive judge compares a fixed set of traces: a rolling day has none, so it never runs
+                    n for n in judges_resolve(judges=conf.continuous_judges(), model=model)
+                    if n != CONTRASTIVE_JUDGE], model=model,
             )
     except IntegrityError:  # another beat created it first
         return DiagnosisRun.objects.get(project_id=project_id, continuous=True, continuous_key=key)

@@ -31,6 +31,7 @@ from diagnosis.services.judging import (
 )
 from diagnosis.services.contrastive import contrastive_run_judge_safely
 from diagnosis.services.run_start import diagnosis_run_start, judges_resolve, run_start_send, trace_sampled
+from diagnosis.services.judging_reuse import item_reuse, reusable_item
 from diagnosis.services.trace_view import trace_view_build
 from traces.models import Span
 from traces.selectors import trace_days_for
@@ -265,6 +266,10 @@ def run_trace_process(*, item_id: int, dispatch_next: bool = True) -> None:
         _after_item(run_id=run.pk, dispatch_next=dispatch_next)
         return
     plan = judge_plan_build(run=run)
+    source = reusable_item(run=run, trace_pk=item.trace_id, plan=plan)  # a continuous run: judged by a full run
+    if source is not None and item_reuse(item_id=item_id, run_id=run.pk, source=source, plan=plan):
+        _after_item(run_id=run.pk, dispatch_next=dispatch_next)
+        return
     trace_view = trace_view_build(trace=item.trace)
     outcome = trace_results(run=run, trace=trace_view, plan=plan, still_running=still_running)
     with transaction.atomic():

@@ -95,11 +95,12 @@ def content_collect(*, insight: Insight) -> Content:
     each with its trace's outcome; then those of expired traces), the traces the
     insight occurred in (newest run first) with their task ids and releases, its judged traces and releases, its
     nodes, and the suggested fix drawn from its evidence."""
-    from diagnosis.selectors import insight_evidence_list
+    from diagnosis.selectors import insight_evidence_of_figures_run
 
     from .fix import suggested_fix
 
-    rows = list(insight_evidence_list(project=insight.project, insight=insight)[:200])
+    # the citations of the run the insight's figures come from, as its page shows them
+    rows = list(insight_evidence_of_figures_run(project=insight.project, insight=insight)[:200])
     first, more, seen = [], [], set()
     for row in rows:
         (more if row.trace_id in seen else first).append(row)
@@ -113,6 +114,8 @@ def content_collect(*, insight: Insight) -> Content:
     releases: dict[str, int] = {}
     judged = 0
     occurrences = InsightOccurrence.objects.filter(insight=insight).order_by("-run__created_at", "-pk")
+    if occurrences.filter(run_id=insight.last_run_id).exists():  # the traces of the run its figures come from
+        occurrences = occurrences.filter(run_id=insight.last_run_id)
     for occurrence in occurrences.only("trace_ids", "releases", "judged", "run_id"):
         trace_ids.extend(t for t in occurrence.trace_ids or [] if t not in trace_ids)
         for release, count in (occurrence.releases or {}).items():

@@ -150,7 +150,8 @@ def test_the_insight_page_says_where_it_went_wrong(project, owner, attributed):
     assert "planner: 1 of 3 attributed failing traces, confidence 0.20 low confidence, fell back to " \
            "the most active agent" in text
     assert "2 of its 5 failing traces are not attributed yet" in text
-    assert f"manage.py attribute --project {project.slug}" in text
+    # a button, not a command to type (issue 40)
+    assert f'action="/p/{project.slug}/insights/{attributed.pk}/attribute/"' in section and "Attribute them" in text
     assert "intruder" not in html and "writer" not in section
     links = re.findall(r'href="([^"]+)" data-testid="attribution-link"', section)
     assert links == [f"/p/{project.slug}/traces/{i:032x}/?span={SPAN}#row-{SPAN}" for i in (1, 2, 3)]
@@ -163,8 +164,24 @@ def test_the_insight_page_without_attributions_says_how_to_compute_them(project,
     html = client_for(owner).get(f"/p/{project.slug}/insights/{insight.pk}/").content.decode()
     section = _section(html, "insight-attribution")
     assert 'data-testid="attribution-empty"' in section and 'data-testid="attribution-row"' not in section
-    assert f"None of its 2 failing traces are attributed yet. Attribute the project's failed traces with " \
-           f"manage.py attribute --project {project.slug}" in _text(section)
+    assert "None of its 2 failing traces are attributed yet." in _text(section)
+    assert 'data-testid="attribute-form"' in section and "Attribute them" in _text(section)
+
+
+def test_the_attribute_button_attributes_the_insights_failing_traces(project, owner, outsider,
+                                                                      django_capture_on_commit_callbacks):
+    from diagnosis.attribution.models import Attribution
+
+    insight = _insight(project, title="Not attributed")
+    traces = [_trace(project, 1), _trace(project, 2)]
+    _members(project, insight, traces)
+    assert client_for(outsider).post(f"/p/{project.slug}/insights/{insight.pk}/attribute/").status_code == 404
+    assert client_for(owner).get(f"/p/{project.slug}/insights/{insight.pk}/attribute/").status_code == 405
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client_for(owner).post(f"/p/{project.slug}/insights/{insight.pk}/attribute/", follow=True)
+    assert "Attribution queued" in response.content.decode()
+    assert set(Attribution.objects.filter(project=project, method="learned").values_list("trace_id", flat=True)) \
+        == {t.pk for t in traces}
 
 
 def _ticket(project, insight, fingerprint: str) -> Ticket:

@@ -215,6 +215,14 @@ def test_refresh_now_enqueues_the_refresh(project, owner, outsider, continuous, 
         response = client.post(f"/p/{project.slug}/insights/refresh/", follow=True)
     assert "Refresh queued" in response.content.decode()
     assert sent == [run.pk, run.pk] and _run(project).insights_status == "queued"
+    # While the next refresh waits or runs, the list is still the one the last refresh made (issue 44: the header
+    # said "List not built yet" beside the rows whenever a page was read during a refresh).
+    page = client.get(f"/p/{project.slug}/insights/").content.decode()
+    assert f"List last refreshed {run.insights_finished_at:%Y-%m-%d %H:%M:%S} UTC" in page
+    DiagnosisRun.objects.filter(pk=run.pk).update(insights_status="running")
+    page = client.get(f"/p/{project.slug}/insights/").content.decode()
+    assert f"List last refreshed {run.insights_finished_at:%Y-%m-%d %H:%M:%S} UTC" in page
+    DiagnosisRun.objects.filter(pk=run.pk).update(insights_status="queued")
     with django_capture_on_commit_callbacks(execute=True):
         response = client.post(f"/p/{project.slug}/insights/refresh/", follow=True)
     assert "already queued or running" in response.content.decode() and len(sent) == 2

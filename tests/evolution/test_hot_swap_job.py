@@ -16,6 +16,7 @@ from evolution.services.workspace import artifact_read
 from tests.api.test_webhooks import Receiver, _signature_ok, _subscribe
 from tests.evolution.fixture_repo import CONFIG, FIXED_BRANCH, replace_edit
 from tests.evolution.support import happy_entries, script_write
+from tests.frontend.conftest import client_for
 
 pytestmark = pytest.mark.django_db
 
@@ -106,6 +107,11 @@ def test_promote_rollback_and_a_failed_rollback_through_jobs(promote, hot_target
     assert _statuses(hot_target) == {r0: "active", r1: "rolled_back"}
     assert InsightFix.objects.get(job=job1).status == "rolled_back"
     assert AuditEvent.objects.filter(job=job1, event="release_rolled_back", data__to_release=r0).exists()
+    # Its insight's page still says a fix was promoted and rolled back (issue 40), linking the job.
+    page = client_for(owner).get(f"/p/{hot_target.project.slug}/insights/{job1.insight_id}/").content.decode()
+    note = page.split('data-testid="insight-fix-note"', 1)[1].split("</p>", 1)[0]
+    assert 'data-kind="rolled_back"' in note and f"job {job1.pk}, release {r1}" in note and "rolled back" in note
+    assert f"/evolution/jobs/{job1.pk}/" in note
 
     # The next job starts from the live release, release zero.
     job2, r2 = promote(FIXED_AGAIN, "two")

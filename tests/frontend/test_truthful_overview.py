@@ -32,23 +32,29 @@ def _failing_traces_shown(html: str) -> int:
 # ---- (2) failing traces, not failing verdicts summed over runs ------------------------------------------------------
 
 
-def test_failing_traces_do_not_grow_when_the_same_traces_are_judged_again(seeded, owner):
+def test_failing_traces_are_the_named_runs_own(seeded, owner):
+    """The figure sits beside the run it names ("Figures from run …"), so it is that run's, as its run page counts it
+    (issue 40: the overview said 32 for a run that had 20, counting every run's latest verdicts); re-running the
+    same traces does not add up either."""
     project, client = seeded.project, client_for(owner)
+    url = f"/p/{project.slug}/"
+
+    def shown_and_run() -> tuple[int, int]:
+        response = client.get(url)
+        run = response.context["figures_run"] or response.context["latest_run"]
+        page = client.get(f"/p/{project.slug}/runs/{run.pk}/").context["summary"].failing_traces
+        return _failing_traces_shown(response.content.decode()), page
+
     traces = set(feedback_failing_list(project=project).values_list("trace_id", flat=True))
     assert traces, "the seed run fails some traces"
-    url = f"/p/{project.slug}/"
-    assert _failing_traces_shown(client.get(url).content.decode()) == len(traces)
+    assert shown_and_run() == (len(traces), len(traces))
 
     rerun = diagnosis_run_execute(run=diagnosis_run_start(project=project, release="r1", enqueue=False,
-                                                          name="again", judges=["rules", "rubrics"]))
-    assert Feedback.objects.filter(run=rerun, verdict=Feedback.Verdict.FAIL).exists()
+                                                          name="again", judges=["rules"]))
+    assert insights_build(run=rerun) is not None
     assert feedback_failing_list(project=project).count() > len(traces)  # the verdicts did add up
-    assert _failing_traces_shown(client.get(url).content.decode()) == len(traces)
-
-    # The latest verdict of each judge counts: when the re-run passes a trace, its earlier failures no longer do.
-    passed = Feedback.objects.filter(run=rerun, verdict=Feedback.Verdict.FAIL).values_list("trace_id", flat=True)[0]
-    Feedback.objects.filter(run=rerun, trace_id=passed).update(verdict=Feedback.Verdict.PASS)
-    assert selectors.feedback_failing_trace_count(project=project) == len(traces) - 1
+    shown, on_run_page = shown_and_run()
+    assert shown == on_run_page and 0 < shown <= len(traces)
 
 
 # ---- (4) Top insights --------------------------------------------------------------------------------------------
