@@ -89,13 +89,12 @@ def _joined(a: dict[tuple, set[str]], b: dict[tuple, set[str]]) -> dict[tuple, s
     return merged
 
 
-def _components(clusters: list[Cluster], min_traces: int, statements: Sequence[Statement],
-                row_of: dict[str, int]) -> list[list[int]]:
-    sets = DisjointSets(len(clusters))
-    traces = [set(c.trace_ids) for c in clusters]
-    patterns = [_patterns(c, statements, row_of) for c in clusters]
-    for i in range(len(clusters)):
-        for j in range(i + 1, len(clusters)):
+def _cooccurring(traces: list[set], patterns: list[dict], min_traces: int) -> list[list[int]]:
+    """Indices grouped where trace sets nearly coincide and the patterns may be one problem (every group, singletons
+    too)."""
+    sets = DisjointSets(len(traces))
+    for i in range(len(traces)):
+        for j in range(i + 1, len(traces)):
             common = len(traces[i] & traces[j])
             if common >= min_traces and common / len(traces[i] | traces[j]) >= COOCCURRENCE_MIN_JACCARD:
                 a, b = sets.find(i), sets.find(j)
@@ -103,7 +102,14 @@ def _components(clusters: list[Cluster], min_traces: int, statements: Sequence[S
                 if merged is not None:
                     sets.union(a, b)
                     patterns[sets.find(a)] = merged
-    return [g for g in sets.groups() if len(g) > 1]
+    return sets.groups()
+
+
+def _components(clusters: list[Cluster], min_traces: int, statements: Sequence[Statement],
+                row_of: dict[str, int]) -> list[list[int]]:
+    groups = _cooccurring([set(c.trace_ids) for c in clusters],
+                          [_patterns(c, statements, row_of) for c in clusters], min_traces)
+    return [g for g in groups if len(g) > 1]
 
 
 def _first_symptom(members: list[Cluster], statements: Sequence[Statement], row_of: dict[str, int],
@@ -136,20 +142,10 @@ def _system_joined(items: list[tuple[list[int], list[int] | None]], statements: 
     traces. The merged one keeps the medoid of a co-occurring node set (its first symptom) when one is in it."""
     if len(items) < 2:
         return items
-    sets = DisjointSets(len(items))
-    traces = [{statements[r].trace_id for r in rows} for rows, _ in items]
-    patterns = [_row_patterns(rows, statements) for rows, _ in items]
-    for i in range(len(items)):
-        for j in range(i + 1, len(items)):
-            common = len(traces[i] & traces[j])
-            if common >= min_traces and common / len(traces[i] | traces[j]) >= COOCCURRENCE_MIN_JACCARD:
-                a, b = sets.find(i), sets.find(j)
-                merged = _joined(patterns[a], patterns[b]) if a != b else None
-                if merged is not None:
-                    sets.union(a, b)
-                    patterns[sets.find(a)] = merged
+    groups = _cooccurring([{statements[r].trace_id for r in rows} for rows, _ in items],
+                          [_row_patterns(rows, statements) for rows, _ in items], min_traces)
     out: list[tuple[list[int], list[int] | None]] = []
-    for group in sets.groups():
+    for group in groups:
         members = [items[i] for i in group]
         medoid = next((m for _, m in members if m is not None), None)
         out.append((sorted({r for rows, _ in members for r in rows}), medoid))

@@ -206,6 +206,14 @@ def _demo_state(demo) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+def _login(page, demo) -> None:
+    page.goto(demo.url + "/login/")
+    page.fill("#id_username", demo.login)
+    page.fill("#id_password", demo.password)
+    page.click("button[type=submit]")
+    page.wait_for_selector("[data-testid=overview-stats]")
+
+
 def _insight_rows(page, demo, slug: str) -> list[tuple[str, str]]:
     page.goto(f"{demo.url}/p/{slug}/insights/")
     rows = page.locator("[data-testid=insight-table] > tbody > tr")
@@ -215,11 +223,7 @@ def _insight_rows(page, demo, slug: str) -> list[tuple[str, str]]:
 
 def test_insights_list_one_row_per_bug_through_refreshes_and_the_gate_counts_each_once(demo, page):
     slug = json.loads((demo.var_dir / "demo-credentials.json").read_text())["slug"]
-    page.goto(demo.url + "/login/")
-    page.fill("#id_username", demo.login)
-    page.fill("#id_password", demo.password)
-    page.click("button[type=submit]")
-    page.wait_for_selector("[data-testid=overview-stats]")
+    _login(page, demo)
     start = _demo_state(demo)
     rows = _insight_rows(page, demo, slug)
     # The three planted bugs, the misroute's node insights nested under its system insight; no token outlier.
@@ -270,11 +274,7 @@ def test_figures_that_name_the_same_thing_agree_on_every_page(demo, page):
     trend and its ticket in the export come from one run; no trend reads 0% for a release the full run found the
     bug in."""
     slug = json.loads((demo.var_dir / "demo-credentials.json").read_text())["slug"]
-    page.goto(demo.url + "/login/")
-    page.fill("#id_username", demo.login)
-    page.fill("#id_password", demo.password)
-    page.click("button[type=submit]")
-    page.wait_for_selector("[data-testid=overview-stats]")
+    _login(page, demo)
     shown = _number(page.inner_text("[data-testid=failing-traces]"), r"([\d,]+) traces? with a failing verdict")
     page.click("[data-testid=figures-run] a >> nth=0")
     assert shown == _number(page.inner_text("[data-testid=run-failing-traces]"), r"([\d,]+)")

@@ -70,12 +70,15 @@ class CeleryWorkerProcess(ProcessGroup):
     def start(self, timeout: float = 60) -> None:
         self.starts += 1
         self.log_dir.mkdir(parents=True, exist_ok=True)
+        # A worker an earlier, killed pytest run left consuming this Redis database would take this run's tasks.
+        stale_worker_stop(broker_url=self.broker_url, registry=self.log_dir)
         log = self.log_path.open("w")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "clear", "worker", "--loglevel", "INFO", "--concurrency", "2",
              "--without-mingle", "--without-gossip", "-n", f"test{self.starts}@%h"],
             cwd=settings.BASE_DIR, env=self._env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )
+        worker_record(broker_url=self.broker_url, registry=self.log_dir, pid=self.process.pid)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -87,6 +90,53 @@ class CeleryWorkerProcess(ProcessGroup):
 
     def log(self) -> str:
         return self.log_path.read_text() if self.log_path.exists() else ""
+
+
+def process_identity(pid: int) -> tuple[str, str] | None:
+    """(start time in clock ticks since boot, command line) of a live process, or None: a pid alone may have been
+    reused by an unrelated process since it was recorded."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19], cmdline  # field 22, starttime
+
+
+def _record_path(registry: Path, broker_url: str) -> Path:
+    import hashlib
+
+    return registry / f"worker-on-{hashlib.sha256(broker_url.encode()).hexdigest()[:16]}.json"
+
+
+def worker_record(*, broker_url: str, registry: Path, pid: int) -> None:
+    """Note which process consumes this broker database (pid, start time, command line)."""
+    import json
+
+    identity = process_identity(pid)
+    if identity is not None:
+        _record_path(registry, broker_url).write_text(json.dumps({"pid": pid, "start": identity[0],
+                                                                   "cmdline": identity[1]}))
+
+
+def stale_worker_stop(*, broker_url: str, registry: Path) -> bool:
+    """Kill the worker an earlier run recorded for this broker database when that very process (same pid, start
+    time and command line) is still alive; True when one was."""
+    import json
+
+    path = _record_path(registry, broker_url)
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    path.unlink(missing_ok=True)
+    if process_identity(int(record["pid"])) != (record["start"], record["cmdline"]):
+        return False
+    try:
+        os.killpg(int(record["pid"]), signal.SIGKILL)  # it runs in a session of its own, with its pool children
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def purge_broker(broker_url: str) -> None:
