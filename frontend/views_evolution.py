@@ -48,6 +48,7 @@ from evolution.services.api_actions import (
     evolution_job_restart,
     job_mode,
 )
+from evolution.services.stages import SANDBOX_STAGES, STATE_STAGES
 from evolution.services.watch import evolution_job_mark_merged
 from evolution.services.workspace import artifact_read
 from frontend.evolution_words import (  # noqa: F401  STATE_MEANINGS: the README's states are checked against it
@@ -252,6 +253,22 @@ def job_list(request: HttpRequest, slug: str) -> HttpResponse:
     return render(request, "frontend/evolution_jobs.html", context)
 
 
+def _stage_unclaimed(job: EvolutionJob, stages: list[StageRun], events: list) -> StageRun | None:
+    """The stage the job's state runs, as an unsaved running row, while no worker holds it: the page reloads when the
+    state moves, which is before a worker claims the new state's stage (and a claim dropped for a retry leaves none
+    for a while), and it does not reload at the claim, so a long BASELINE showed only "prepare" until it ended."""
+    stage = STATE_STAGES.get(job.state)
+    if job.is_terminal or stage is None:
+        return None
+    if any(s.stage == stage and s.status == StageRun.Status.RUNNING for s in stages):
+        return None
+    entered = next((e.ts for e in reversed(events) if e.to_state == job.state), None)
+    row = StageRun(job=job, stage=stage, iteration_n=0 if stage in ("prepare", "baseline") else job.current_iteration,
+                   round=None, isolation_level=job.sandbox_level if stage in SANDBOX_STAGES else "")
+    row.started_at = entered  # when the job moved into the stage's state: the stage was sent then
+    return row
+
+
 def job_status_data(job: EvolutionJob) -> dict:
     return {"id": job.pk, "state": job.state, "state_version": job.state_version, "terminal": job.is_terminal,
             "iteration": job.current_iteration, "stop_requested": job.stop_requested,
@@ -315,6 +332,9 @@ def job_detail(request: HttpRequest, slug: str, job_id: int) -> HttpResponse:
     events = list(evolution_job_events(project=project, job=job))
     created = next((e for e in events if e.event == "created"), None)
     stages = list(evolution_job_stage_runs(project=project, job=job))
+    due = _stage_unclaimed(job, stages, events)
+    if due is not None:
+        stages.append(due)
     artifacts = list(evolution_job_artifacts(project=project, job=job))
     for stage in stages:
         stage.took_ms = (stage.finished_at - stage.started_at).total_seconds() * 1000 if stage.finished_at else None

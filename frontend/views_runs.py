@@ -17,6 +17,7 @@ from diagnosis.selectors import (
     diagnosis_run_list_with_failing,
     diagnosis_run_summary,
     feedback_failing_list_for_run,
+    rubric_judge_names,
     rubric_list,
 )
 from diagnosis.services import diagnosis_run_cancel, diagnosis_run_retry_errors, diagnosis_run_start
@@ -137,6 +138,7 @@ def run_detail(request: HttpRequest, slug: str, run_id) -> HttpResponse:
         "summary": diagnosis_run_summary(project=project, run=run),
         "failing": feedback_failing_list_for_run(project=project, run=run),
         "warnings": (run.config or {}).get("warnings", []),
+        "judge_names": rubric_judge_names(project=project),
     }
     return render(request, "frontend/run.html", context)
 

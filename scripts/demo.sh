@@ -6,6 +6,7 @@
 # CLEAR_VAR_DIR moves var/ (tests use a fresh one).
 set -euo pipefail
 source "$(dirname "$0")/_common.sh"
+source "$(dirname "$0")/_children.sh"
 
 PORT=8000
 HOST=127.0.0.1
@@ -46,48 +47,15 @@ echo "==> preparing the database in $CLEAR_VAR_DIR"
 "$PY" manage.py guards_migrate -v 0
 "$PY" manage.py collectstatic --noinput -v 0
 
-# The worker and the web server run in sessions of their own, so Ctrl-C or a SIGTERM to this script's process group
-# reaches only this script, which stops them (cleanup). A group SIGTERM reaching Celery's pool processes killed them,
-# sometimes while one held the pool's queue lock, and the worker then hung at exit for good. --pdeathsig: they still
-# stop if this script is killed outright. Without setsid/setpriv (not Linux) they share this script's group.
-own_session() {  # only as `own_session cmd... &`: it execs, so $! is the command's pid
-  if command -v setsid >/dev/null && command -v setpriv >/dev/null; then exec setsid setpriv --pdeathsig TERM "$@"
-  else exec "$@"; fi
-}
-PIDS=()
-running() {
-  local pid
-  for pid in "${PIDS[@]}"; do kill -0 "$pid" 2>/dev/null && return 0; done
-  return 1
-}
-wait_stopped() {  # up to $1 seconds (a second Ctrl-C sets STOP_GRACE=0 and ends the wait)
-  local i
-  for ((i = 0; i < $1 * 5 && STOP_GRACE > 0; i++)); do running || return 0; sleep 0.2; done
-  ! running
-}
-# SIGTERM first: gunicorn finishes in-flight requests (--graceful-timeout), Celery running tasks (warm shutdown, which
-# has no time limit of its own). After STOP_GRACE seconds SIGQUIT: gunicorn's quick and Celery's cold shutdown (the
-# running tasks go back to the queue: acks_late). Whatever is left 3 s later gets SIGKILL, with its session.
-STOP_GRACE=5
-cleanup() {
-  trap 'STOP_GRACE=0' INT TERM
-  local pid
-  for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-  wait_stopped "$STOP_GRACE" && return 0
-  for pid in "${PIDS[@]}"; do kill -QUIT "$pid" 2>/dev/null || true; done
-  STOP_GRACE=1 wait_stopped 3 && return 0
-  echo "The worker or the web server did not stop; killing it." >&2
-  for pid in "${PIDS[@]}"; do kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-}
 # An Evolve job's hot swap starts the example agent in a session of its own (a worker's restart must not take the
 # live release down), so stopping the worker leaves it running: it is stopped from its pid file, once the worker that
-# could start another one has stopped.
+# could start another one has stopped. It says which agent it stopped; its log lines go to the log of the target's
+# registration, off the terminal.
 agents_stop() {
-  "$PY" manage.py evolution_target stop-agents || echo "Stopping the hot-swapped agent failed." >&2
+  "$PY" manage.py evolution_target stop-agents 2>> "$CLEAR_VAR_DIR/logs/evolution-target.log" \
+    || echo "Stopping the hot-swapped agent failed; see $CLEAR_VAR_DIR/logs/evolution-target.log" >&2
 }
-trap 'cleanup; agents_stop' EXIT
-trap 'exit 130' INT TERM
+children_traps agents_stop
 
 echo "==> starting the Celery worker (log: $CLEAR_VAR_DIR/logs/worker.log)"
 own_session "$BIN/celery" -A clear worker -B --concurrency 2 --loglevel INFO \

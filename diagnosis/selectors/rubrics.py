@@ -16,6 +16,12 @@ def rubric_list(*, project: Project, enabled: bool | None = None) -> QuerySet[Ru
     return rubrics.order_by("name")
 
 
+def rubric_judge_names(*, project: Project) -> dict[str, str]:
+    """Each rubric's judge id (`rubric.<pk>`, as verdicts record it) -> the rubric's name, disabled rubrics included:
+    their verdicts in older runs still carry the id."""
+    return {rubric.judge_name: rubric.name for rubric in Rubric.objects.filter(project=project).only("pk", "name")}
+
+
 def rubric_get(*, project: Project, rubric_id: int) -> Rubric:
     rubric = Rubric.objects.filter(project=project, pk=rubric_id).first()
     if rubric is None:

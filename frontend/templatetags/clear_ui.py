@@ -141,6 +141,16 @@ def md_plain(value, limit=None) -> str:
 
 
 @register.filter
+def judge_label(judge, names) -> str:
+    """A judge as the pages name it: a rubric by its name (`names`: rubric_judge_names), with its id as the tooltip
+    since the CLI and the API take the id; any other judge by its id, as code."""
+    name = (names or {}).get(judge)
+    if name:
+        return format_html('<span title="{}">{}</span>', judge, name)
+    return format_html("<code>{}</code>", judge)
+
+
+@register.filter
 def iso_time(value, fmt: str = "Y-m-d H:i:s") -> str:
     """An ISO 8601 string (the release files keep them so) in the pages' date format, in the site's time zone."""
     if not value:

@@ -121,7 +121,9 @@ def test_the_run_page_shows_suggestive_hypotheses_with_p_and_q(project, owner):
     page = client_for(owner).get(f"/p/{project.slug}/runs/{run.pk}/").content.decode()
     assert 'data-testid="contrastive-suggestive"' in page and "No hypothesis passed the correction" in page
     first = report["suggestive"][0]
-    assert first["statement"] in page
+    # rendered as the other pages render `code` spans (issue 40: no raw backticks)
+    assert "`" in first["statement"] and "`" not in page.split('data-testid="contrastive-suggestive"', 1)[1]
+    assert first["statement"].replace("`", "").split()[-1] in page and "<code>lookup_user</code>" in page
 
 
 @pytest.mark.parametrize(("name", "write"), [

@@ -2,6 +2,7 @@
 out fails its stage; a job that ends closes its iteration and any stage still open, so `evolution_job status`, the
 API and the job page never say "running" for a finished job."""
 
+import re
 import uuid
 from io import StringIO
 
@@ -12,6 +13,7 @@ from rest_framework.test import APIClient
 from evolution.models import EvolutionJob, Iteration, JobState, StageRun
 from evolution.services import evolution_job_start
 from evolution.services.jobs import evolution_job_fail, job_transition
+from evolution.services.stages import stage_execute
 from tests.evolution.fixture_repo import CONFIG
 from tests.evolution.support import script_write
 
@@ -24,10 +26,10 @@ def _status(job_id: int) -> str:
     return out.getvalue()
 
 
-def _start(project, target, insight, tmp_path, entries, policy):
+def _start(project, target, insight, tmp_path, entries, policy, **options):
     script = script_write(tmp_path / f"script-{uuid.uuid4().hex[:6]}.json", entries)
     return evolution_job_start(project=project, target=target, insight=insight, backend_name="scripted",
-                               backend_config={"script_path": str(script)}, policy_overrides=policy)
+                               backend_config={"script_path": str(script)}, policy_overrides=policy, **options)
 
 
 @pytest.mark.parametrize(("entry", "policy", "exit_code", "timed_out"), [
@@ -95,3 +97,28 @@ def test_status_of_a_finished_job_with_a_stale_iteration_row_does_not_say_runnin
     Iteration.objects.create(job=job, n=1, base_commit="0" * 40)
     out = _status(job.pk)
     assert "iteration 1: running" not in out and "iteration 1: failed" in out, out
+
+
+def test_while_baseline_waits_for_its_worker_the_timeline_shows_it_running(project, owner, router_target,
+                                                                            refund_insight, tmp_path, client):
+    # Issue 40: the page reloads when the job's state moves, before a worker has claimed the stage of the new state
+    # (its StageRun row): BASELINE, which runs for minutes, showed only "prepare" until LOCATING.
+    job = _start(project, router_target, refund_insight, tmp_path, [], {"trials": 1}, enqueue=False)
+    assert stage_execute(job_id=job.pk, stage="prepare") == "done"
+    job.refresh_from_db()
+    assert job.state == JobState.BASELINE
+    assert list(StageRun.objects.filter(job=job).values_list("stage", "status")) == [("prepare", "succeeded")]
+
+    client.force_login(owner)
+    url = f"/p/{project.slug}/evolution/jobs/{job.pk}/"
+    page = client.get(url).content.decode()
+    assert re.findall(r'<tr data-stage="([a-z_]+)"', page) == ["prepare", "baseline"]
+    row = page.split('<tr data-stage="baseline">', 1)[1].split("</tr>", 1)[0]
+    assert "running" in row and "succeeded" not in row and "failed" not in row, row
+    assert re.search(r'<td class="nowrap small">\d\d:\d\d:\d\d</td>', row), row  # since the job moved into BASELINE
+
+    # Once the worker claims it, the timeline shows that row, once.
+    StageRun.objects.create(job=job, stage="baseline", claim="worker", isolation_level=job.sandbox_level)
+    page = client.get(url).content.decode()
+    assert re.findall(r'<tr data-stage="([a-z_]+)"', page) == ["prepare", "baseline"]
+    assert "running" in page.split('<tr data-stage="baseline">', 1)[1].split("</tr>", 1)[0]

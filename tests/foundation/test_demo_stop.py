@@ -1,4 +1,6 @@
 """Issue 26, item 14: stopping scripts/demo.sh (Ctrl-C) stops the example agent an Evolve job's hot swap started too.
+Issue 40: and it says so in one line, "Stopped.", without bash's notices of the children it ended with a signal
+("scripts/demo.sh: line 61: … Quit own_session "$BIN/celery" …", which read as a crash).
 
 The agent is started the way a hot swap starts it: the demo's own target, its hot_swap plan's process activator
 reloading the release `current` points at (what `hot_swap_promote` and a rollback call), from a process of its own
@@ -9,12 +11,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import pytest
 from django.conf import settings
 
 from evolution.deploy.commands import process_stat
@@ -47,6 +51,17 @@ def _running(pid: int, started: int) -> bool:
     return stat is not None and stat[1] == started and stat[0] not in ("Z", "X")
 
 
+# What the demo may say once signalled, before "Stopped.": that it had to kill a child, which agent it stopped.
+STOP_LINES = (r"The worker or the web server did not stop; killing it\.", r"stopped the hot-swapped agent \(pid \d+\)")
+
+
+def _assert_quiet_stop(output: str) -> None:
+    assert not re.search(r"line \d+:", output) and "Quit" not in output and "Killed" not in output, output
+    *before, last = output.splitlines() or [""]
+    assert last == "Stopped.", output
+    assert all(any(re.fullmatch(line_re, line) for line_re in STOP_LINES) for line in before), output
+
+
 def test_ctrl_c_stops_the_hot_swapped_agent(tmp_path):
     process, env = _demo_start(tmp_path / "var")
     sessions = _demo_sessions(process.pid)
@@ -65,7 +80,8 @@ def test_ctrl_c_stops_the_hot_swapped_agent(tmp_path):
         assert json.loads(Path(record["pid_file"]).read_text())["pid"] == agent
 
         os.killpg(process.pid, signal.SIGINT)  # Ctrl-C: the terminal signals the demo's foreground group
-        process.wait(timeout=60)
+        output, _ = process.communicate(timeout=60)
+        _assert_quiet_stop(output)
         deadline = time.monotonic() + 5
         while _running(agent, agent_start) and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -75,4 +91,69 @@ def test_ctrl_c_stops_the_hot_swapped_agent(tmp_path):
         if process.poll() is None:
             process.kill()
         _kill_sessions(sessions | ({agent} if agent else set()))
-        process.stdout.close()
+        if not process.stdout.closed:
+            process.stdout.close()
+
+
+# The demo's stop path alone (scripts/_children.sh, as scripts/demo.sh uses it), on children that end the three ways
+# the worker and the web server can: at SIGTERM, only at the SIGQUIT 5 s later, only at the SIGKILL 3 s after that.
+CHILDREN = r"""
+set -euo pipefail
+ulimit -c 0  # a child ended by SIGQUIT would dump core
+source "$1/scripts/_children.sh"
+children_traps
+own_session sleep 120 &
+PIDS+=($!)
+own_session bash -c 'trap "" TERM; exec sleep 120' &
+PIDS+=($!)
+own_session bash -c 'trap "" TERM QUIT; exec sleep 120' &
+PIDS+=($!)
+echo "Press Ctrl-C to stop."
+wait -n "${PIDS[@]}" || true
+exit 1
+"""
+
+
+def _children_ready(pid: int) -> set[int]:
+    """The script's children's sessions once the three sleep in their own (their signals set up), else fails."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        children = _demo_sessions(pid) - {pid}
+        if len(children) == 3 and all(_comm(child) == "sleep" for child in children):
+            return children
+        time.sleep(0.05)
+    raise AssertionError(f"the children did not start: {_demo_sessions(pid)}")
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_the_demo_stops_its_children_quietly(tmp_path, signum):
+    script = tmp_path / "children.sh"
+    script.write_text(CHILDREN)
+    process = subprocess.Popen(["bash", str(script), str(ROOT)], cwd=tmp_path, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    children: set[int] = set()
+    try:
+        assert process.stdout.readline() == "Press Ctrl-C to stop.\n"
+        children = _children_ready(process.pid)
+        signalled = time.monotonic()
+        os.killpg(process.pid, signum)
+        output, _ = process.communicate(timeout=30)
+        took = time.monotonic() - signalled
+    finally:
+        if process.poll() is None:
+            process.kill()
+        _kill_sessions(children | {process.pid})
+        if not process.stdout.closed:
+            process.stdout.close()
+    assert output == "The worker or the web server did not stop; killing it.\nStopped.\n"
+    assert process.returncode == 130
+    assert took < 12, took  # SIGTERM, SIGQUIT 5 s later, SIGKILL 3 s after that
+    # A zombie has stopped (in a container nobody may reap it).
+    assert not [pid for pid in children if (process_stat(pid) or ("X",))[0] not in ("Z", "X")]
