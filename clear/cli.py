@@ -6,13 +6,20 @@ Commands: gate (fail a CI build on new or worse insights against a baseline rele
 runs start|status|wait, traces list, tickets export.
 
 Configuration: CLEAR_URL (default http://127.0.0.1:8000) and CLEAR_API_KEY (a project's secret key), or --url and
---api-key. Exit codes: 0 success, 1 the run did not succeed or the API refused, 2 usage or connection problems
-(`gate`: 0 passed, 1 gate failed, 2 any error).
+--api-key. Exit codes, the same for every command:
+  0  success;
+  1  a verdict or a failure of Clear's: the gate failed (more new or worse insights than allowed), the run waited for
+     did not succeed (or not within --timeout), or Clear failed the request (5xx, e.g. a failed export; rate limited);
+  2  something to fix before trying again: bad arguments (argparse's, or the API's 4xx such as an unknown judge, run
+     id or release without traces), a missing or refused key (401/403: CLEAR_API_KEY), Clear unreachable or CLEAR_URL
+     not its base URL, an output file that cannot be written. `gate` answers 2 for every error, so its 1 always means
+     the gate failed.
 """
 
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import sys
@@ -29,9 +36,10 @@ MAX_THROTTLE_WAITS = 5
 
 
 class CliError(Exception):
-    def __init__(self, message: str, exit_code: int = 1):
+    def __init__(self, message: str, exit_code: int = 1, *, code: str = ""):
         super().__init__(message)
         self.exit_code = exit_code
+        self.code = code  # the API's error code, e.g. "release_without_traces"; "" when no API answer said
 
 
 class Client:
@@ -67,12 +75,19 @@ class Client:
                 if exc.code == 429 and attempt < MAX_THROTTLE_WAITS:
                     time.sleep(float(exc.headers.get("Retry-After") or 1))
                     continue
-                raise CliError(_error_text(exc)) from None
+                message, code = _error_text(exc)
+                # A 4xx would fail again as sent (arguments, key, URL): the caller has something to fix. A 5xx or a
+                # rate limit that outlasted the waits is Clear's failure, like a failed gate: a CI retry may pass.
+                usage = 400 <= exc.code < 500 and exc.code != 429
+                raise CliError(message, 2 if usage else 1, code=code) from None
             except urllib.error.URLError as exc:
                 raise CliError(f"Cannot reach Clear at {self.url}: {exc.reason}. Check CLEAR_URL.", 2) from None
             except ValueError as exc:  # not a URL at all, or a body that is not JSON (not Clear's API)
                 raise CliError(f"Unexpected answer from {url}: {exc}. Check CLEAR_URL (Clear's base URL, e.g. "
                                "https://clear.example.com).", 2) from None
+            except (OSError, http.client.HTTPException) as exc:  # dropped or timed out after connecting
+                raise CliError(f"Lost the connection to Clear at {self.url}: {str(exc) or type(exc).__name__}. Check "
+                               "CLEAR_URL and that Clear is running.", 2) from None
         raise CliError("Still rate limited after several waits; try again later.")  # pragma: no cover
 
     def pages(self, path: str, params: dict, limit: int):
@@ -90,13 +105,29 @@ class Client:
             page = self.request("GET", page["next"])
 
 
-def _error_text(exc: urllib.error.HTTPError) -> str:
-    hint = " Check CLEAR_API_KEY (a secret key of the project, sk-clear-…)." if exc.code == 401 else ""
+def _error_text(exc: urllib.error.HTTPError) -> tuple[str, str]:
+    """The message to print, and the API's error code ("" when the answer is not Clear's JSON)."""
+    hint = {401: " Check CLEAR_API_KEY (or --api-key): a secret key of the project, sk-clear-….",
+            403: " Check CLEAR_API_KEY (or --api-key): the key was refused here; use a secret key (sk-clear-…) of "
+                 "the project you mean, and check that no proxy in front of Clear blocks it."}.get(exc.code, "")
     try:
         body = json.loads(exc.read())
-        return f"{body.get('message', '')} [{exc.code} {body.get('code', '')}]{hint}"
+        return f"{body.get('message', '')} [{exc.code} {body.get('code', '')}]{hint}", str(body.get("code") or "")
     except (ValueError, AttributeError):
-        return f"HTTP {exc.code} {exc.reason} from {exc.url}.{hint or ' Check CLEAR_URL.'}"
+        return f"HTTP {exc.code} {exc.reason} from {exc.url}.{hint or ' Check CLEAR_URL.'}", ""
+
+
+def _write_file(path: str, data: str | bytes) -> None:
+    """Write a report; a path that cannot be written is the caller's to fix (exit 2), not a failed command."""
+    try:
+        if isinstance(data, bytes):
+            with open(path, "wb") as handle:
+                handle.write(data)
+        else:
+            with open(path, "w", encoding="utf-8") as handle:
+                handle.write(data)
+    except OSError as exc:
+        raise CliError(f"Cannot write {path}: {exc.strerror or exc}. Check the output path.", 2) from None
 
 
 def _client(args: argparse.Namespace) -> Client:
@@ -228,8 +259,7 @@ def cmd_tickets_export(args: argparse.Namespace) -> int:
     text = _client(args).request("GET", "/api/v1/tickets/export/", params={"output": args.format,
                                                                            "status": args.status}, raw=True)
     if args.output and args.output != "-":
-        with open(args.output, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        _write_file(args.output, text)
         print(f"Wrote {args.output}.", file=sys.stderr)
     else:
         sys.stdout.write(text)

@@ -25,7 +25,7 @@ import time
 import xml.etree.ElementTree as ET
 from typing import Any
 
-from clear.cli import FINAL_STATUSES, CliError, Client, _client, _split, _wait
+from clear.cli import FINAL_STATUSES, CliError, Client, _client, _split, _wait, _write_file
 
 EXIT_PASSED, EXIT_FAILED, EXIT_ERROR = 0, 1, 2
 CHANGE_ORDER = ("new", "worse", "resolved", "better", "unchanged")
@@ -38,10 +38,16 @@ def _start_or_reuse(client: Client, *, release: str, judges: list[str], model: s
                             "purpose": "gate"}
     if model:
         body["model"] = model
-    run = client.request("POST", "/api/v1/runs/", body=body)
-    if run["total_count"] == 0:
-        raise CliError(f"Release {release!r} has no traces in this project. Did the tests export them with "
-                       f"service.version={release} (OTEL_RESOURCE_ATTRIBUTES) to this Clear and project?", EXIT_ERROR)
+    no_traces = (f"Release {release!r} has no traces in this project. Did the tests export them with "
+                 f"service.version={release} (OTEL_RESOURCE_ATTRIBUTES) to this Clear and project?")
+    try:
+        run = client.request("POST", "/api/v1/runs/", body=body)
+    except CliError as exc:
+        if exc.code == "release_without_traces":  # the server refused to make a run that would judge nothing
+            raise CliError(no_traces, EXIT_ERROR, code=exc.code) from None
+        raise
+    if run["total_count"] == 0:  # a server from before that refusal made an empty run
+        raise CliError(no_traces, EXIT_ERROR)
     how = "reusing" if client.last_status == 200 else "started"
     print(f"Release {release}: {how} run {run['id']} ({run['total_count']} traces, {run['status']}).",
           file=sys.stderr)
@@ -227,14 +233,12 @@ def _gate(args: argparse.Namespace) -> int:
     over = _over(comparison, _limits(args))
     _print_summary(comparison, args, over)
     if args.junit:
-        with open(args.junit, "wb") as handle:
-            handle.write(junit_xml(comparison, args, over))
+        _write_file(args.junit, junit_xml(comparison, args, over))
         print(f"Wrote {args.junit}.", file=sys.stderr)
     if args.markdown:
         slug = (client.request("GET", "/api/v1/project/") or {}).get("slug", "")
         ui_base = f"{client.url}/p/{slug}" if slug else ""
-        with open(args.markdown, "w", encoding="utf-8") as handle:
-            handle.write(markdown_summary(comparison, args, over, ui_base=ui_base))
+        _write_file(args.markdown, markdown_summary(comparison, args, over, ui_base=ui_base))
         print(f"Wrote {args.markdown}.", file=sys.stderr)
     return EXIT_FAILED if any(over.values()) else EXIT_PASSED
 

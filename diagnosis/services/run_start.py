@@ -94,6 +94,17 @@ def _validate_filter(*, project: Project, since, until, outcome: str, sample_rat
                                            extra={"missing": missing[:100]})
 
 
+def _release_empty_error(*, project: Project, release: str) -> DiagnosisRunInvalidError:
+    if not trace_list_filtered(project=project, filters=TraceFilter(release=release)).exists():
+        return DiagnosisRunInvalidError(
+            f"Release {release!r} has no traces in this project, so a run of it would judge nothing. Check the "
+            "release name (its traces' service.version) and that its traces were sent to this project.",
+            code="release_without_traces", extra={"release": release})
+    return DiagnosisRunInvalidError(
+        f"No trace of release {release!r} matches the filter and sample rate, so the run would judge nothing; "
+        "widen the filter.", code="release_filter_empty", extra={"release": release})
+
+
 def diagnosis_run_start(
     *,
     project: Project,
@@ -117,7 +128,8 @@ def diagnosis_run_start(
     purpose: str = DiagnosisRun.Purpose.DIAGNOSIS,
 ) -> DiagnosisRun:
     """Choose the traces, create the run and its items, and enqueue it after commit (`enqueue=False`: the caller
-    runs it in-process with diagnosis_run_execute)."""
+    runs it in-process with diagnosis_run_execute). A release with no trace to judge makes no run:
+    DiagnosisRunInvalidError `release_without_traces` (or `release_filter_empty` when the other filters left none)."""
     trace_ids = [t.strip().lower() for t in trace_ids or [] if t.strip()]
     tags = [t for t in tags or [] if t]
     _validate_filter(project=project, since=since, until=until, outcome=outcome, sample_rate=sample_rate,
@@ -141,6 +153,10 @@ def diagnosis_run_start(
     with transaction.atomic():
         pks = _select_traces(project=project, release=release, since=since, until=until, tags=tags, outcome=outcome,
                              node=node, trace_ids=trace_ids, sample_rate=sample_rate)
+        if release and not pks:
+            # A run of a release that judges nothing would still "succeed" (0/0) and be listed as the latest run;
+            # asking for a release that has no traces is almost always a wrong name or traces not sent yet (CI).
+            raise _release_empty_error(project=project, release=release)
         run = DiagnosisRun.objects.create(
             project=project, name=name[:200], release=release, since=since, until=until, tags=tags, outcome=outcome,
             node=node, trace_ids=trace_ids, sample_rate=sample_rate, judges=resolved,
