@@ -58,8 +58,7 @@ agents_stop() {
 children_traps agents_stop
 
 echo "==> starting the Celery worker (log: $CLEAR_VAR_DIR/logs/worker.log)"
-own_session "$BIN/celery" -A clear worker -B --concurrency 2 --loglevel INFO \
-  --schedule "$CLEAR_VAR_DIR/celerybeat-schedule" > "$CLEAR_VAR_DIR/logs/worker.log" 2>&1 &
+own_session "$BIN/celery" -A clear worker --concurrency 2 --loglevel INFO > "$CLEAR_VAR_DIR/logs/worker.log" 2>&1 &
 PIDS+=($!)
 
 echo "==> serving http://$HOST:$PORT (log: $CLEAR_VAR_DIR/logs/web.log)"
@@ -98,6 +97,13 @@ if [ ! -f "$CLEAR_VAR_DIR/demo-ingested" ]; then
     || echo "The diagnosis failed; see $CLEAR_VAR_DIR/logs/diagnosis.log" >&2
   touch "$CLEAR_VAR_DIR/demo-ingested"
 fi
+# The beat (continuous judging, insight refreshes, sweeps) starts once the demo's own run has judged the example
+# traces: started earlier, the day's continuous run took some of them first and judged them itself, so what the
+# Insights page first showed depended on the machine's speed.
+echo "==> starting the Celery beat (log: $CLEAR_VAR_DIR/logs/beat.log)"
+own_session "$BIN/celery" -A clear beat --loglevel INFO --schedule "$CLEAR_VAR_DIR/celerybeat-schedule" \
+  > "$CLEAR_VAR_DIR/logs/beat.log" 2>&1 &
+PIDS+=($!)
 # The example agent as an evolution target: a git repository with mediator_race and retry_loop in its code (release
 # v2), written and registered once.
 desk_target_register() {

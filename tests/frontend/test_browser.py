@@ -12,7 +12,7 @@ from tests.frontend.support import Checker, login
 from tests.support.browser import screenshot, wait_until
 from traces.models import Trace
 
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.browser, pytest.mark.every_database, pytest.mark.django_db(transaction=True)]
 
 
 def test_walk_through_every_page(live_server, page, project, owner, settings, axe_path):
