@@ -153,7 +153,7 @@ def insight_detail(request: HttpRequest, slug: str, insight_id: int) -> HttpResp
         "links": list(insight_links(project=project, insight=insight)),
         "is_system": insight.level == Insight.Level.SYSTEM,
         "evidence": shown, "evidence_total": evidence.count() + len(expired),
-        "evidence_of_figures_run": insight.last_run_id is not None and evidence.exists()
+        "evidence_of_figures_run": insight.last_run_id is not None
         and not evidence.exclude(run_id=insight.last_run_id).exists(),
         "expired_evidence": expired_shown, "evidence_shown": len(shown) + len(expired_shown),
         "affected_nodes": sorted((insight.affected_nodes or {}).items(), key=lambda kv: (-kv[1], kv[0])),
