@@ -44,6 +44,10 @@ def insight_list(*, project: Project, level: str | None = None, node: str | None
         insights = insights.filter(by_design=False)
     if not include_other:
         insights = insights.filter(is_other=False)
+    else:  # an "other" bucket a re-clustering emptied (its statements now in insights) is no row
+        from diagnosis.selectors.problems import other_emptied
+
+        insights = insights.exclude(other_emptied())
     if run is not None:
         insights = insights.filter(occurrences__run=run)
     if release is not None:

@@ -25,6 +25,14 @@ def outlier_alone_unassociated() -> Q:
     return outliers & ~others & ~associated
 
 
+def other_emptied() -> Q:
+    """"Other" buckets that hold no statement any more: an early re-clustering over a few traces left statements
+    there that a later one placed in insights; a refresh drops no insight, so the bucket stays, empty."""
+    statements = InsightStatement.objects.filter(excluded=False)
+    return (Q(is_other=True) & ~Exists(statements.filter(node_insight=OuterRef("pk")))
+            & ~Exists(statements.filter(system_insight=OuterRef("pk"))))
+
+
 def nested_in(systems: QuerySet) -> Q:
     """Node insights linked to one of `systems` (a queryset of system insights): listed under it, not on their own."""
     links = InsightLink.objects.filter(node=OuterRef("pk"), system__in=systems.order_by().values("pk"))

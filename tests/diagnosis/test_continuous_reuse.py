@@ -109,3 +109,34 @@ def test_a_trace_a_running_full_run_judges_waits_for_it(project, quiet, monkeypa
     monkeypatch.setattr(runs_module, "trace_results", lambda **kw: judged.append(kw["trace"]) or original(**kw))
     assert continuous_tick(now=timezone.now() + timedelta(seconds=31)) == 2
     assert judged == [] and DiagnosisRun.objects.get(project=project, continuous=True).done_count == 2
+
+
+def test_an_early_refresh_over_part_of_the_day_leaves_no_bug_in_other(project, quiet, settings):
+    """The demo on a busy machine: the continuous run's first re-clustering saw a few traces and put their statements
+    in "other" buckets (too few to cluster); later re-clusterings placed them in the insights, and the emptied
+    buckets ("Other feedback at planner", …) stayed as rows beside the bugs. An emptied bucket is no row."""
+    from diagnosis.management.commands.demo_setup import _demo_rubrics_create
+    from diagnosis.selectors import insight_list
+
+    _demo_rubrics_create(project=project)
+    support_desk_ingest(project=project, bugs="all", release="v1", seed=0)
+    support_desk_ingest(project=project, bugs="mediator_race,retry_loop", release="v2", seed=1)
+    diagnose(project, "")
+    rows = [(i.pk, i.title) for i in insight_list(project=project, nested=True)]
+    assert len(rows) == 3, rows
+    settings.CLEAR_CONTINUOUS_BATCH = 5
+    at = timezone.now() + timedelta(seconds=31)
+    assert continuous_tick(now=at) == 5
+    run = DiagnosisRun.objects.get(project=project, continuous=True)
+
+    def recluster() -> None:
+        insights_refresh(run_id=run.pk)  # the one the beat queued, if any
+        assert insights_refresh_request(run_id=run.pk, force=True, recluster=True)
+        assert insights_refresh(run_id=run.pk)["refresh"]["kind"] == "full"
+
+    recluster()
+    settings.CLEAR_CONTINUOUS_BATCH = 500
+    assert continuous_tick(now=at + timedelta(seconds=1)) == 39
+    recluster()
+    recluster()
+    assert [(i.pk, i.title) for i in insight_list(project=project, nested=True)] == rows
