@@ -13,6 +13,7 @@ So, after identity matching (identity.py) and sticky membership (sticky.py):
 * A statement is the same one when its trace, node and canonical text (vector key) are; it is held by the insight
   a writing run last placed it in at that level, followed through merges, when that insight is titled (not an
   "other" bucket) and open or acknowledged.
+* A statement this clustering leaves in an "other" bucket goes to the open, titled insight that holds it.
 * A group that would become a new insight and whose statements were all seen before goes to the insights that hold
   them; what no open, titled insight holds (an "other" bucket's, a fixed insight's) goes to the "other" bucket of its
   level and node, as sticky.py does within a run. A group with one statement never seen stays new: that statement
@@ -87,6 +88,19 @@ def groups_held(*, groups: list[Group], held: Held) -> list[Group]:
     for group in groups:
         position = 0 if group.level == Insight.Level.NODE else 1
         places = [held[r][position] for r in group.rows]
+        if group.is_other and any(places):
+            # what this clustering leaves unclustered stays with the open insight another run placed it in
+            for insight_id in sorted({p for p in places if p}):
+                target = slot.get((group.level, insight_id))
+                if target is None:
+                    target = slot[(group.level, insight_id)] = Group(group.level, group.node, [], insight_id, False,
+                                                                     "held", 1.0, [])
+                    out.append(target)
+                target.rows = sorted(set(target.rows) | {r for r, p in zip(group.rows, places) if p == insight_id})
+            group.rows = [r for r, p in zip(group.rows, places) if not p]
+            if group.rows:
+                out.append(group)
+            continue
         if group.is_other or group.insight_id is not None or not group.rows or None in places:
             out.append(group)
             continue
