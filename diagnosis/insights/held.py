@@ -98,8 +98,10 @@ def groups_held(*, groups: list[Group], held: Held) -> list[Group]:
                     out.append(target)
                 target.rows = sorted(set(target.rows) | {r for r, p in zip(group.rows, places) if p == insight_id})
             group.rows = [r for r, p in zip(group.rows, places) if not p]
-            if group.rows:
-                out.append(group)
+        if group.is_other and group.level != Insight.Level.NODE:
+            # at system level, a statement an open node insight holds is explained there (as a full build leaves it)
+            group.rows = [r for r in group.rows if not (held[r][0] and not held[r][1])]
+        if group.is_other and not group.rows:
             continue
         if group.is_other or group.insight_id is not None or not group.rows or None in places:
             out.append(group)
