@@ -81,8 +81,14 @@ def overview(request: HttpRequest, slug: str) -> HttpResponse:
         stats = trace_stats(project=project)
         if not stats.traces:
             return {"stats": stats}
+        latest = diagnosis_run_latest(project=project)
+        # The insights' figures come from this run, not from whichever run was started last (a gate's, say).
+        headline = diagnosis_run_headline(project=project)
+        shown = headline or latest
         return {"stats": stats, "series": trace_volume_series(project=project),
-                "spend": diagnosis_run_spend(project=project)}
+                "spend": diagnosis_run_spend(project=project), "latest_run": latest, "figures_run": headline,
+                # the run's own figure beside the run (the judge spend card counts every run's latest verdicts)
+                "run_failing": diagnosis_run_failing_traces(project=project, run=shown) if shown else 0}
 
     cached = dashboard_aggregate(project=project, name="overview", params=(), compute=figures)
     stats = cached.value["stats"]
@@ -100,14 +106,12 @@ def overview(request: HttpRequest, slug: str) -> HttpResponse:
             "chart": charts.volume_chart(cached.value["series"]),
             "spend": cached.value["spend"],
             "computed_at": cached.computed_at,
-            "latest_run": diagnosis_run_latest(project=project),
-            # The insights' figures come from this run, not from whichever run was started last (a gate's, say).
-            "figures_run": diagnosis_run_headline(project=project),
+            # one snapshot: the runs and their figures are cached with the counts they sit beside
+            "latest_run": cached.value["latest_run"],
+            "figures_run": cached.value["figures_run"],
+            "run_failing": cached.value["run_failing"],
             "top_insights": top_insights(project=project),
         })
-        shown = context["figures_run"] or context["latest_run"]
-        # the run's own figure beside the run (the judge spend card counts every run's latest verdicts)
-        context["run_failing"] = diagnosis_run_failing_traces(project=project, run=shown) if shown else 0
     return render(request, "frontend/overview.html", context)
 
 

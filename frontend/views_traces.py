@@ -23,6 +23,7 @@ from diagnosis.selectors import (
     feedback_get,
     feedback_list_for_trace,
     feedback_runs_for_trace,
+    rubric_judge_names,
     trace_list_with_failing,
 )
 from frontend.forms import TraceFilterForm
@@ -246,6 +247,7 @@ def trace_detail(request: HttpRequest, slug: str, trace_id: str) -> HttpResponse
         "project": project, "nav": "traces", "trace": trace, "rows": rows, "truncated": truncated,
         "span_limit": SPAN_LIMIT, "runs": runs, "run": run, "feedback": feedback,
         "failing": failing, "passed": passed, "selected": selected, "detail": detail,
+        "judge_names": rubric_judge_names(project=project),
         "duration_ms": ((trace.end_time - trace.start_time).total_seconds() * 1000
                         if trace.end_time and trace.start_time else None),
     }

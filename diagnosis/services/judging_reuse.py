@@ -72,12 +72,11 @@ def reusable_item(*, run: DiagnosisRun, trace_pk: int, plan: JudgePlan) -> RunTr
 def item_reuse(*, item_id: int, run_id, source: RunTrace, plan: JudgePlan) -> bool:
     """Copy the source item's feedback into the run and mark the item done; False when the run stopped meanwhile
     or another worker did it (the item is no longer running)."""
-    rubric_judges = {f"rubric.{pk}" for pk in plan.rubric_ids}
-    judges = ({n for n in DiagnosisRun.objects.get(pk=run_id).judges or []} | rubric_judges) - {CONTRASTIVE_JUDGE}
     with transaction.atomic():
         run = DiagnosisRun.objects.select_for_update().get(pk=run_id)
         if run.status != DiagnosisRun.Status.RUNNING:
             return False
+        judges = (set(run.judges or []) | {f"rubric.{pk}" for pk in plan.rubric_ids}) - {CONTRASTIVE_JUDGE}
         done = RunTrace.objects.filter(pk=item_id, status=RunTrace.Status.RUNNING).update(
             status=RunTrace.Status.DONE, finished_at=timezone.now())
         if not done:

@@ -51,3 +51,19 @@ def test_the_contrastive_findings_render_code_spans(seeded, owner):
     assert "<code>" in table
     code = re.search(r"`([^`]+)`", next(s for s in statements if "`" in s)).group(1)
     assert f"<code>{code}</code>" in table, table
+
+
+def test_the_trace_page_names_rubrics_by_their_names(seeded, owner):
+    """The review of issue 40: the trace page still listed `rubric.<id>` in its failing verdicts and evidence."""
+    from diagnosis.models import Feedback
+
+    project = seeded.project
+    row = (Feedback.objects.filter(run=seeded.run, judge__startswith="rubric.", verdict=Feedback.Verdict.FAIL)
+           .select_related("trace").first())
+    assert row is not None
+    name = Rubric.objects.get(project=project, pk=int(row.judge.split(".", 1)[1])).name
+    response = client_for(owner).get(f"/p/{project.slug}/traces/{row.trace.trace_id}/?run={seeded.run.pk}")
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert name in html
+    assert not re.search(r">rubric\.\d+<", html), re.search(r".{80}>rubric\.\d+<.{20}", html, re.S)
