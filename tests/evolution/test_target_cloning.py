@@ -27,7 +27,7 @@ from evolution.models import EvolutionJob, EvolutionTarget
 from tests.evolution.fixture_repo import CONFIG, FIXED_BRANCH, fixture_repo_make, replace_edit
 from tests.evolution.support import form_post, happy_entries, target_register
 from tests.frontend.conftest import client_for
-from tests.support.worker import CeleryWorkerProcess, purge_broker, use_broker
+from tests.support.worker import own_worker
 
 TARGETS = "/api/v1/evolution/targets/"
 JOBS = "/api/v1/evolution/jobs/"
@@ -73,26 +73,11 @@ def silent_host(settings):
     host.close()
 
 
-class QuickGitWorker(CeleryWorkerProcess):
-    """The real worker, its git bounded by a few seconds (it reads CLEAR_GIT_TIMEOUT_SECONDS from its environment)."""
-
-    def _env(self) -> dict[str, str]:
-        return {**super()._env(), "CLEAR_GIT_TIMEOUT_SECONDS": str(WORKER_GIT_TIMEOUT), "CLEAR_GIT_ALLOW_PRIVATE": "1"}
-
-
 @pytest.fixture
 def quick_git_worker(transactional_db, settings):
-    # Started here rather than through the session's celery_worker, whose environment is fixed when it first starts;
-    # that fixture kills its worker after each test, so only this one consumes the broker meanwhile.
-    purge_broker(settings.CELERY_BROKER_URL)
-    worker = QuickGitWorker(log_dir=settings.BASE_DIR / "var" / "test-logs", broker_url=settings.CELERY_BROKER_URL,
-                            visibility_timeout=settings.CELERY_TEST_VISIBILITY_TIMEOUT)
-    worker.start()
-    use_broker(True)
-    yield worker
-    use_broker(False)
-    worker.kill()
-    purge_broker(settings.CELERY_BROKER_URL)
+    """The real worker, its git bounded by a few seconds (it reads CLEAR_GIT_TIMEOUT_SECONDS from its environment)."""
+    with own_worker(settings, CLEAR_GIT_TIMEOUT_SECONDS=str(WORKER_GIT_TIMEOUT), CLEAR_GIT_ALLOW_PRIVATE="1") as worker:
+        yield worker
 
 
 def _post_json(url: str, body: dict, *, key: str, timeout: float) -> tuple[int, dict]:

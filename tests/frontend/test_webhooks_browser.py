@@ -16,26 +16,18 @@ from clear.webhooks.models import Webhook, WebhookDelivery
 from tests.api.test_webhooks import Receiver, _signature_ok
 from tests.frontend.support import Checker, login
 from tests.support.browser import screenshot
-from tests.support.worker import CeleryWorkerProcess, purge_broker, use_broker
+from tests.support.worker import own_worker
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture
-def webhook_worker(transactional_db, tmp_path, monkeypatch, settings):
+def webhook_worker(transactional_db, settings):
     """A real worker of its own: the shared one (conftest's `celery_worker`) may have started without
     CLEAR_WEBHOOK_ALLOW_PRIVATE, and it is read from the environment when the worker starts."""
-    monkeypatch.setenv("CLEAR_WEBHOOK_ALLOW_PRIVATE", "1")
     settings.CLEAR_WEBHOOK_ALLOW_PRIVATE = True  # the live server, in this process
-    purge_broker(settings.CELERY_BROKER_URL)
-    worker = CeleryWorkerProcess(log_dir=tmp_path, broker_url=settings.CELERY_BROKER_URL,
-                                 visibility_timeout=settings.CELERY_TEST_VISIBILITY_TIMEOUT)
-    worker.start()
-    use_broker(True)
-    yield worker
-    use_broker(False)
-    worker.stop()
-    purge_broker(settings.CELERY_BROKER_URL)
+    with own_worker(settings, CLEAR_WEBHOOK_ALLOW_PRIVATE="1") as worker:
+        yield worker
 
 
 def test_an_owner_walks_the_webhooks_page(live_server, page, project, owner, webhook_worker, axe_path):

@@ -5,6 +5,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import redis
@@ -53,15 +55,17 @@ class ProcessGroup:
 
 
 class CeleryWorkerProcess(ProcessGroup):
-    def __init__(self, *, log_dir: Path, broker_url: str, visibility_timeout: int):
+    def __init__(self, *, log_dir: Path, broker_url: str, visibility_timeout: int, env: dict[str, str] | None = None):
         self.log_dir = log_dir
         self.broker_url = broker_url
         self.visibility_timeout = visibility_timeout
+        self.extra_env = dict(env or {})
         self.process: subprocess.Popen | None = None
         self.starts = 0
 
     def _env(self) -> dict[str, str]:
-        return subprocess_env_for_test_db(REDIS_URL=self.broker_url, CELERY_VISIBILITY_TIMEOUT=str(self.visibility_timeout))
+        return subprocess_env_for_test_db(REDIS_URL=self.broker_url, CELERY_VISIBILITY_TIMEOUT=str(self.visibility_timeout),
+                                          **self.extra_env)
 
     @property
     def log_path(self) -> Path:
@@ -90,6 +94,25 @@ class CeleryWorkerProcess(ProcessGroup):
 
     def log(self) -> str:
         return self.log_path.read_text() if self.log_path.exists() else ""
+
+
+@contextmanager
+def own_worker(test_settings, **env: str) -> Iterator[CeleryWorkerProcess]:
+    """A real worker of a test's own, for a test that needs an environment the session's worker (conftest's
+    `celery_worker`, whose environment is fixed when it first starts) lacks: `env` is read by the worker at its
+    start. The broker is emptied before and after, so only this worker consumes it meanwhile."""
+    purge_broker(test_settings.CELERY_BROKER_URL)
+    worker = CeleryWorkerProcess(log_dir=test_settings.BASE_DIR / "var" / "test-logs",
+                                 broker_url=test_settings.CELERY_BROKER_URL,
+                                 visibility_timeout=test_settings.CELERY_TEST_VISIBILITY_TIMEOUT, env=env)
+    worker.start()
+    use_broker(True)
+    try:
+        yield worker
+    finally:
+        use_broker(False)
+        worker.kill()
+        purge_broker(test_settings.CELERY_BROKER_URL)
 
 
 def process_identity(pid: int) -> tuple[str, str] | None:
