@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from django.db.models import Count, QuerySet, Sum
 from django.db.models.fields.json import KT
@@ -115,12 +116,23 @@ def diagnosis_run_latest(*, project: Project) -> DiagnosisRun | None:
 def insights_last_refreshed(*, project: Project):
     """When the project's insights list last changed (a full run's build or a continuous refresh; the server's clock,
     UTC), or None; runs that are not full (detached) change nothing, so they do not count. A continuous run whose
-    next refresh is queued or running still shows the list its last one made: its insights_finished_at is that one's
-    (a failed build or refresh sets it to the failure, so a failed run does not count)."""
-    return (DiagnosisRun.objects.filter(project=project, insights_status__in=["done", "queued", "running"],
+    next refresh is queued or running still shows the list its last one made: its insights_finished_at is that one's.
+    A failed build or refresh changed nothing either: a failed run does not count, and a continuous run whose last
+    refresh failed (insights_error kept until one succeeds; insights_finished_at is the failure's time, which
+    throttles the next attempt) counts with its last successful refresh (`insights_summary.refresh.at`)."""
+    rows = (DiagnosisRun.objects.filter(project=project, insights_status__in=["done", "queued", "running"],
                                         insights_finished_at__isnull=False)
             .exclude(insights_summary__has_key="detached").order_by("-insights_finished_at")
-            .values_list("insights_finished_at", flat=True).first())
+            .values_list("insights_finished_at", "insights_error", "insights_summary"))
+    best = None
+    for finished_at, error, summary in rows.iterator():
+        if not error:  # every later row finished earlier
+            return max(best, finished_at) if best else finished_at
+        at = ((summary or {}).get("refresh") or {}).get("at")
+        if at:
+            when = datetime.fromisoformat(at)
+            best = max(best, when) if best else when
+    return best
 
 
 def diagnosis_run_list_with_insights(*, project: Project, limit: int = 50) -> list[DiagnosisRun]:
