@@ -6,7 +6,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from django.db.models import Count, QuerySet, Sum
+from django.db.models import Count, Q, QuerySet, Sum
 from django.db.models.fields.json import KT
 
 from clear.projects.models import Project
@@ -110,7 +110,11 @@ def diagnosis_run_summary(*, project: Project, run: DiagnosisRun) -> RunSummary:
 
 
 def diagnosis_run_latest(*, project: Project) -> DiagnosisRun | None:
-    return DiagnosisRun.objects.filter(project=project).order_by("-created_at").first()
+    """The newest run that has (or, not yet started, may have) traces: a finished run that held none (a filter
+    nothing matched, or a gate on a release without traces stored before those were refused) judged nothing and
+    is not what "Latest run" should point at."""
+    finished_empty = Q(total_count=0) & ~Q(status__in=[DiagnosisRun.Status.QUEUED, DiagnosisRun.Status.RUNNING])
+    return DiagnosisRun.objects.filter(project=project).exclude(finished_empty).order_by("-created_at").first()
 
 
 def insights_last_refreshed(*, project: Project):

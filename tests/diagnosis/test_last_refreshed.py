@@ -44,3 +44,14 @@ def test_a_continuous_run_that_never_refreshed_successfully_is_not_built(project
                                 insights_finished_at=timezone.now(), insights_error="RuntimeError: boom",
                                 insights_summary={})
     assert insights_last_refreshed(project=project) is None
+
+
+def test_a_finished_run_that_held_no_traces_is_not_the_latest_run(project):
+    from diagnosis.selectors import diagnosis_run_latest
+
+    judged = DiagnosisRun.objects.create(project=project, status="succeeded", total_count=3, done_count=3)
+    empty = DiagnosisRun.objects.create(project=project, status="succeeded", total_count=0, purpose="gate")
+    assert empty.created_at >= judged.created_at
+    assert diagnosis_run_latest(project=project) == judged
+    starting = DiagnosisRun.objects.create(project=project, status="queued", total_count=0)
+    assert diagnosis_run_latest(project=project) == starting  # not fanned out yet: it may hold traces
