@@ -44,6 +44,8 @@ def _args(argv):
     p.add_argument("--inner", type=int, default=4)
     p.add_argument("--write-model", action="store_true", help="write the model refit on all of Who&When")
     p.add_argument("--json", dest="json_out", metavar="FILE")
+    p.add_argument("--leave-one-dataset-out", action="store_true",
+                   help="fit on all datasets but one, score on the one left out, for each (loo.py); ignores --dataset")
     return p.parse_args(argv)
 
 
@@ -161,10 +163,16 @@ def _print(result: dict) -> None:
 
 def main(argv=None) -> dict:
     args = _args(argv)
+    if args.leave_one_dataset_out:
+        from benchmarks.attribution.loo import loo_bench, loo_print
+
+        run_bench, print_result = loo_bench, loo_print
+    else:
+        run_bench, print_result = bench, _print
     result = bench_in_throwaway(pg=args.pg, db=args.db, keep=args.keep_db,
                                 setup=lambda: django_start(pg=args.pg, db=args.db, redis=args.redis),
-                                bench=lambda: bench(args))
-    _print(result)
+                                bench=lambda: run_bench(args))
+    print_result(result)
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(result, indent=1, default=str))
     return result
