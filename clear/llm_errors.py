@@ -6,6 +6,10 @@ Causes (stored with judge errors and run error entries, so that a run can group 
   `rate_limit` (429), `server_error` (5xx): transient, retried with backoff by clear.llm.llm_complete.
 * `invalid_output`: replies that were not the JSON asked for, still after the one repair request.
 * `invalid_output:length`: the reply was cut by the output token limit, also after one retry with the limit doubled.
+* `invalid_output:echo`: a field of the reply copies the prompt's instructions or example
+  (diagnosis/judges/llm/echo.py), also after the one repair request.
+* `invalid_output:inconsistent`: a verdict whose label and score disagree (fail with a score above 0.5, pass below
+  it), also after the one repair request.
 * `provider_error`: any other error the provider answered with (400, 401, 404...): a retry would get the same.
 * `internal_error`: anything else (a bug on our side, not the model's).
 """
@@ -20,9 +24,12 @@ RATE_LIMIT = "rate_limit"
 SERVER_ERROR = "server_error"
 INVALID_OUTPUT = "invalid_output"
 LENGTH = "invalid_output:length"
+ECHO = "invalid_output:echo"
+INCONSISTENT = "invalid_output:inconsistent"
 PROVIDER_ERROR = "provider_error"
 INTERNAL_ERROR = "internal_error"
-CAUSES = (TIMEOUT, CONNECTION, RATE_LIMIT, SERVER_ERROR, INVALID_OUTPUT, LENGTH, PROVIDER_ERROR, INTERNAL_ERROR)
+CAUSES = (TIMEOUT, CONNECTION, RATE_LIMIT, SERVER_ERROR, INVALID_OUTPUT, LENGTH, ECHO, INCONSISTENT, PROVIDER_ERROR,
+          INTERNAL_ERROR)
 TRANSIENT = frozenset({TIMEOUT, CONNECTION, RATE_LIMIT, SERVER_ERROR})
 
 

@@ -91,11 +91,25 @@ class RunProgressSerializer(serializers.Serializer):
 
 class RunErrorGroupSerializer(serializers.Serializer):
     cause = serializers.CharField(help_text="timeout, connection, rate_limit, server_error, invalid_output, "
-                                            "invalid_output:length, provider_error, judge_error, task_failed, …")
+                                            "invalid_output:length, invalid_output:echo, invalid_output:inconsistent, "
+                                            "provider_error, judge_error, task_failed, …")
     count = serializers.IntegerField()
     judges = serializers.ListField(child=serializers.CharField())
     traces = serializers.IntegerField()
     example = serializers.CharField()
+
+
+class JudgeCauseSerializer(serializers.Serializer):
+    cause = serializers.CharField()
+    count = serializers.IntegerField()
+
+
+class JudgeWithoutVerdictSerializer(serializers.Serializer):
+    judge = serializers.CharField()
+    errors = serializers.IntegerField()
+    calls = serializers.IntegerField(help_text="model calls asked of it (0 for a judge without a model)")
+    causes = JudgeCauseSerializer(many=True)
+    label = serializers.CharField(help_text='"llm.step produced no verdict: 8 of 8 model calls failed (…)"')
 
 
 class RunSummarySerializer(serializers.Serializer):
@@ -106,6 +120,8 @@ class RunSummarySerializer(serializers.Serializer):
     model_call_errors = serializers.IntegerField(help_text="of those, the ones that ended in an error")
     errors_label = serializers.CharField(help_text='"finished with errors (N of M model calls)", or empty')
     errors_by_cause = RunErrorGroupSerializer(many=True)
+    judges_without_verdict = JudgeWithoutVerdictSerializer(
+        many=True, help_text="requested judges that produced errors and no verdict: the run failed because of them")
 
 
 def _run_progress(run: DiagnosisRun) -> dict:
@@ -220,7 +236,8 @@ class RunDetailApi(ProjectApi):
             return {"feedback_by_status": summary.feedback_by_status, "failing_by_judge": summary.failing_by_judge,
                     "failing_traces": summary.failing_traces, "contrastive": summary.contrastive,
                     "model_calls": summary.model_calls, "model_call_errors": summary.model_call_errors,
-                    "errors_label": summary.errors_label, "errors_by_cause": summary.errors_by_cause}
+                    "errors_label": summary.errors_label, "errors_by_cause": summary.errors_by_cause,
+                    "judges_without_verdict": summary.judges_without_verdict}
 
     @extend_schema(operation_id="runs_retrieve", responses=OutputSerializer)
     def get(self, request: Request, run_id) -> Response:

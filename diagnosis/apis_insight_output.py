@@ -31,6 +31,20 @@ class OutcomeSharesSerializer(serializers.Serializer):
                                                                          "succeeding_traces")
 
 
+class RecoveredSerializer(serializers.Serializer):
+    count = serializers.IntegerField(help_text="the insight's traces (in the run its figures come from) whose "
+                                               "occurrences were all errors the run recovered from: it later reached "
+                                               "what the failed call sought (diagnosis/judges/recovery.py)")
+    of = serializers.IntegerField(help_text="the insight's traces in that run: \"recovered in count of of runs\"")
+    failing = serializers.IntegerField(help_text="of the recovered traces, the ones whose outcome is failure")
+    succeeding = serializers.IntegerField(help_text="of the recovered traces, the ones whose outcome is success")
+    lift_on = serializers.ChoiceField(
+        choices=["all", "unrecovered", "recovered"],
+        help_text="the traces the lift compares: unrecovered (the traces where the error was not recovered), "
+                  "recovered (only those are associated with failure, or there are no others) or all (none "
+                  "recovered)")
+
+
 class InsightTicketSerializer(serializers.Serializer):
     id = serializers.IntegerField()
     status = serializers.ChoiceField(choices=Ticket.Status.values)
@@ -70,6 +84,8 @@ class InsightOutputSerializer(serializers.ModelSerializer):
                   "recorded outcome, or the runs all failed), so there is no lift")
     outcome_shares = serializers.SerializerMethodField(
         help_text="the pattern's share of the failing and of the succeeding traces, which the lift compares")
+    recovered = serializers.SerializerMethodField(
+        help_text="in how many of its traces the run recovered from the error: \"recovered in N of M runs\"")
     ticket = serializers.SerializerMethodField(help_text="the ticket made from the insight, null when none")
     regressed = serializers.SerializerMethodField(
         help_text="absent from (or fixed in) the previous release and back in regressed_in_release")
@@ -77,6 +93,12 @@ class InsightOutputSerializer(serializers.ModelSerializer):
     in_release = serializers.SerializerMethodField(
         help_text="only with ?release=: the insight in that release, {release, count, judged, frequency, run} from "
                   "its trend (the latest run with insights that judged it); null otherwise")
+    text_source = serializers.SerializerMethodField(
+        help_text="model: the title, description, root cause and recommendation were written by the model and "
+                  "passed the checks (no echo of the prompt, grounded in the statements); computed: Clear's offline "
+                  "text, because there was no model or its text failed the checks (text_source_reason says why)")
+    text_source_reason = serializers.SerializerMethodField(
+        help_text="why the model's text was replaced by the computed one; empty otherwise")
     nodes = InsightNestedNodeSerializer(
         source="nested_nodes", many=True, required=False,
         help_text="only in the default (one row per problem) list: the node insights this system insight holds, "
@@ -87,10 +109,17 @@ class InsightOutputSerializer(serializers.ModelSerializer):
         fields = [
             "id", "level", "node", "is_other", "title", "description", "root_cause", "recommendation", "severity",
             "count", "trace_count", "frequency", "frequency_low", "frequency_high", "lift", "lift_low", "lift_high",
-            "failure_association", "by_design", "outcome_shares", "affected_nodes", "first_seen", "last_seen",
-            "first_run_id", "last_run_id", "status", "review", "merged_into_id", "ticket", "trend", "created_at",
-            "updated_at", "nodes", "regressed", "regressed_in_release", "in_release",
+            "failure_association", "by_design", "outcome_shares", "recovered", "affected_nodes", "first_seen",
+            "last_seen", "first_run_id", "last_run_id", "status", "review", "merged_into_id", "ticket", "trend",
+            "created_at", "updated_at", "nodes", "regressed", "regressed_in_release", "in_release", "text_source",
+            "text_source_reason",
         ]
+
+    def get_text_source(self, insight: Insight) -> str:
+        return "model" if insight.naming_source == "llm" else "computed"
+
+    def get_text_source_reason(self, insight: Insight) -> str:
+        return "" if insight.naming_source == "llm" else insight.naming_note
 
     def get_regressed(self, insight: Insight) -> bool:
         return bool(insight.regressed_in_release)
@@ -100,12 +129,25 @@ class InsightOutputSerializer(serializers.ModelSerializer):
         release = self.context.get("release")
         return insight_release_figures(insight=insight, release=release) if release else None
 
+    def _shares(self, insight: Insight) -> OutcomeShares:
+        shares: dict[int, OutcomeShares] = self.context.get("shares") or {}
+        if insight.pk not in shares:
+            # Computed once per insight: `recovered` and `outcome_shares` read the same figures.
+            own = self.__dict__.setdefault("_own_shares", {})
+            if insight.pk not in own:
+                own.update(insight_outcome_shares_map(project=insight.project, insights=[insight]))
+            return own[insight.pk]
+        return shares[insight.pk]
+
+    @extend_schema_field(RecoveredSerializer)
+    def get_recovered(self, insight: Insight) -> dict:
+        found = self._shares(insight)
+        return {"count": found.recovered_traces, "of": found.pattern_traces, "failing": found.recovered_failing,
+                "succeeding": found.recovered_succeeding, "lift_on": found.lift_on}
+
     @extend_schema_field(OutcomeSharesSerializer)
     def get_outcome_shares(self, insight: Insight) -> dict:
-        shares: dict[int, OutcomeShares] | None = self.context.get("shares")
-        if shares is None:
-            shares = insight_outcome_shares_map(project=insight.project, insights=[insight])
-        found = shares[insight.pk]
+        found = self._shares(insight)
         # As OutcomeSharesSerializer renders it, without a serializer per insight (a page of 50 spent more time
         # building nested serializers than computing the figures).
         return {"run_id": str(found.run_id) if found.run_id else None, "failing_traces": found.failing_traces,

@@ -2,6 +2,7 @@ from django.urls import path
 
 from clear.api.routing import api_route
 from diagnosis import apis, apis_insights
+from diagnosis.attribution.apis import InsightAttributionApi
 
 app_name = "diagnosis"
 
@@ -23,6 +24,8 @@ urlpatterns = [
     path("api/v1/insights/<int:insight_id>/", apis_insights.InsightDetailApi.as_view(), name="insight-detail"),
     path("api/v1/insights/<int:insight_id>/evidence/", apis_insights.InsightEvidenceListApi.as_view(),
          name="insight-evidence"),
+    path("api/v1/insights/<int:insight_id>/attribution/", InsightAttributionApi.as_view(),
+         name="insight-attribution"),
     path("api/v1/insights/<int:insight_id>/statements/", apis_insights.InsightStatementListApi.as_view(),
          name="insight-statements"),
     path("api/v1/insights/<int:insight_id>/confirm/", apis_insights.InsightConfirmApi.as_view(),

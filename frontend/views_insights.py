@@ -232,7 +232,7 @@ def ticket_list_view(request: HttpRequest, slug: str) -> HttpResponse:
                                         top=0)
     for ticket in page.items:
         summary = summaries.get(ticket.insight_id)
-        ticket.attribution = summary if summary and summary["agents"] else None
+        ticket.attribution = summary if summary and summary["attributed"] else None
     context = {
         "project": project, "nav": "tickets", "tickets": page.items, "page": page, "status": status,
         "status_filters": [(s, s.replace("_", " ")) for s in STATUS_FILTERS],

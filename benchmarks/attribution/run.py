@@ -3,7 +3,7 @@ beside the label-free baselines, on Who&When Algorithm-Generated and on tau-airl
 
     .venv/bin/python -m benchmarks.attribution --dataset whowhen          # ~1 min
     .venv/bin/python -m benchmarks.attribution --dataset tau-airline
-    .venv/bin/python -m benchmarks.attribution --dataset whowhen --write-model   # refit the shipped model
+    .venv/bin/python -m benchmarks.attribution --leave-one-dataset-out --write-model   # the shipped model (loo.py)
 
 Each dataset's trace files (never its labels file) go into a throw-away Postgres database through `traces_import`;
 every failed trace's steps and judges' signals are read the way `attribution_compute` reads them (with no diagnosis
@@ -13,8 +13,8 @@ wrong or unexpected write (runs whose only difference is a missing write have no
 
 Printed: the baselines (fit nothing), the outer folds of 5-fold nested cross-validation by task (inner 4 folds choose
 the settings), per fold, and "fit": the model refit on everything and scored on it (the gap to the outer figures is
-memory). On tau-airline, also the shipped model (fit on Who&When) applied as it is: a set it never saw.
-`--write-model` writes that refit model to diagnosis/attribution/learned_model.json (from Who&When only).
+memory). On tau-airline, also the shipped model (chosen leaving one dataset out, loo.py) applied as it is.
+The shipped model is written by `--leave-one-dataset-out --write-model` (loo.py), not here.
 """
 
 from __future__ import annotations
@@ -42,7 +42,8 @@ def _args(argv):
     p.add_argument("--keep-db", action="store_true")
     p.add_argument("--outer", type=int, default=5)
     p.add_argument("--inner", type=int, default=4)
-    p.add_argument("--write-model", action="store_true", help="write the model refit on all of Who&When")
+    p.add_argument("--write-model", action="store_true",
+                   help="with --leave-one-dataset-out: write the chosen setting for all datasets as the shipped model")
     p.add_argument("--json", dest="json_out", metavar="FILE")
     p.add_argument("--leave-one-dataset-out", action="store_true",
                    help="fit on all datasets but one, score on the one left out, for each (loo.py); ignores --dataset")
@@ -72,7 +73,8 @@ def _examples(project, dataset: str) -> list:
         view = trace_view_build(trace=trace)
         signals, _ = feedback_signals(project=project, trace=trace, view=view)
         examples.append(example_build(trace_id=trace.trace_id, group=trace.task_id or trace.trace_id,
-                                      steps=trace_steps(view), goal=goal_text(view), signals=signals))
+                                      steps=trace_steps(view), goal=goal_text(view), signals=signals,
+                                      trace=view))
     return examples
 
 
@@ -123,12 +125,7 @@ def bench(args) -> dict:
         # The shipped model never saw this set: how it transfers, as the method runs in the product.
         result["shipped"] = model_score(shipped_model(), labelled).rates()
     if args.write_model:
-        if args.dataset != "whowhen":
-            raise SystemExit("--write-model fits the shipped model on Who&When only")
-        from diagnosis.attribution.learned import MODEL_PATH
-
-        MODEL_PATH.write_text(json.dumps(model.as_dict(), indent=1) + "\n")
-        result["model_written"] = str(MODEL_PATH)
+        raise SystemExit("the shipped model is chosen leaving one dataset out: --leave-one-dataset-out --write-model")
     return result
 
 
@@ -147,7 +144,7 @@ def _print(result: dict) -> None:
         print(line(f"  fold {fold['fold']} ({fold['count']} traces)", fold) + f"   settings {fold['settings']}")
     print(line("fit (refit on all, scored on all)", result["fit"]) + f"   settings {result['chosen']}")
     if "shipped" in result:
-        print(line("shipped model (fit on Who&When), as is", result["shipped"])
+        print(line("shipped model, as is", result["shipped"])
               + f"   low confidence {result['shipped']['low_confidence']}")
     agents = {k: v["agent"] for k, v in result["baselines"].items() if "agent" in k}
     steps = {k: v for k, v in result["baselines"].items() if "step" in k}

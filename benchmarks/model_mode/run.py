@@ -43,6 +43,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from benchmarks.model_mode.attribution import attribution_bench, attribution_lines  # noqa: E402
+from benchmarks.model_mode.texts import text_lines, text_report  # noqa: E402
 
 PYTHON = sys.executable
 LOCKED = "database is locked"
@@ -88,6 +89,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                    help="also name this many hand-written clusters (SYNTHETIC_CLUSTERS) through Clear's namer, for "
                         "when the run's feedback gives no cluster to name")
     p.add_argument("--probe-seconds", type=float, default=3.0, help="ingestion probe interval (0: no probe)")
+    p.add_argument("--probe-port", type=int, default=0,
+                   help="the port of the benchmark's gunicorn, which the probe posts to (0: one the OS picks)")
     p.add_argument("--skip-insights", action="store_true")
     p.add_argument("--attribution", type=int, default=0, metavar="N",
                    help="after judging, score the LLM attribution methods all_at_once and step_by_step on the N "
@@ -159,7 +162,8 @@ def main(argv: list[str] | None = None) -> dict:
             cmd = [PYTHON, "-m", "benchmarks.model_mode", "--child", mode, "--out", str(out), "--api-base", api_base,
                    "--model", args.model, "--api-key", args.api_key, "--traces", str(args.traces), "--timeout",
                    str(args.timeout), "--max-retries", str(args.max_retries), "--max-tokens", str(args.max_tokens),
-                   "--probe-seconds", str(args.probe_seconds), "--judges", args.judges,
+                   "--probe-seconds", str(args.probe_seconds), "--probe-port", str(args.probe_port),
+                   "--judges", args.judges,
                    "--naming-samples", str(args.naming_samples), "--attribution", str(args.attribution)]
             if args.skip_insights:
                 cmd.append("--skip-insights")
@@ -227,6 +231,13 @@ def _table(results: dict) -> None:
                 cells.append(str(modes[n].get("error", "-"))[:26])
         print(f"{label:<32}" + "".join(f"{c:>28}" for c in cells))
     for n in names:
+        texts = modes[n].get("texts") or {}
+        print(f"\nmodel texts ({n}): shown, asked again, replaced or refused" + (
+            f" — {texts['error']}" if "error" in texts else ""))
+        for line in text_lines(texts) if "error" not in texts else []:
+            print(line)
+        for label in (modes[n].get("run") or {}).get("judges_without_verdict") or []:
+            print(f"  run failed: {label}")
         titles = modes[n].get("insights", {}).get("names") or []
         print(f"\ninsight names ({n}):" + ("" if titles else " none (no cluster to name)"))
         for item in titles:
@@ -423,6 +434,9 @@ def child_main(args: argparse.Namespace) -> dict:
     for path in judged_files:
         shutil.copy(path, var / "traces" / path.name)
     call_command("migrate", "--noinput", verbosity=0)
+    # The throttles' table lives in a database of its own (README "Quick start"): without it every request that
+    # gunicorn answers, the probe's posts included, is a 500 ("no such table: clear_guard_entry").
+    call_command("guards_migrate", verbosity=0)
 
     from clear.projects.models import Project
     from diagnosis.selectors import diagnosis_run_summary, insight_list
@@ -446,7 +460,10 @@ def child_main(args: argparse.Namespace) -> dict:
     result: dict = {"mode": mode, "judges": args.judges, "trace_files": [p.name for p in judged_files]}
     try:
         if args.probe_seconds > 0:
-            port = _free_port()
+            port = args.probe_port or _free_port()
+            # The pages use the manifest storage: without collectstatic, GET / answers 500 ("Missing staticfiles
+            # manifest entry"), which the probe's readiness check and the log then count.
+            call_command("collectstatic", "--noinput", verbosity=0)
             gunicorn = subprocess.Popen(
                 [PYTHON, "-m", "gunicorn", "clear.wsgi:application", "--workers", "1", "--threads", "2", "--bind",
                  f"127.0.0.1:{port}", "--timeout", "120"],
@@ -488,6 +505,10 @@ def child_main(args: argparse.Namespace) -> dict:
             insights["synthetic_names"] = _name_synthetic(model=args.model, count=args.naming_samples)
         run.refresh_from_db()
         run_summary = diagnosis_run_summary(project=project, run=run)
+        try:
+            result["texts"] = text_report(run=run, project=project)
+        except Exception as error:  # noqa: BLE001 - reported, not hidden
+            result["texts"] = {"error": f"{type(error).__name__}: {error}"[:500]}
     finally:
         if probe is not None:
             probe.stopped.set()
@@ -500,7 +521,8 @@ def child_main(args: argparse.Namespace) -> dict:
                      "traces_judged": run_summary.traces_judged, "errors": run_summary.errors,
                      "errors_label": run_summary.errors_label, "errors_by_cause": run_summary.errors_by_cause,
                      "feedback_by_status": run_summary.feedback_by_status, "failure_message": run.failure_message,
-                     "insights_status": run.insights_status}
+                     "insights_status": run.insights_status,
+                     "judges_without_verdict": [j["label"] for j in run_summary.judges_without_verdict]}
     result["insights"] = insights
     result["exceptions"] = exceptions
     gunicorn_log = (var / "gunicorn.log").read_text(errors="replace") if (var / "gunicorn.log").exists() else ""
@@ -556,7 +578,8 @@ def _name_synthetic(*, model: str, count: int) -> list[dict]:
                                   terms=[w for w in texts[0].lower().split() if len(w) > 5][:5], offline=None)
         name = namer(request) if namer is not None else None
         names.append({"node": node, "medoid": texts[0], "title": name.title if name else None,
-                      "source": name.source if name else "offline (the call failed)",
+                      "source": (f"computed: {name.note[:120]}" if name.note else name.source) if name
+                      else "offline (the call failed)",
                       "recommendation": name.recommendation[:200] if name else None})
     names.append({"usage": {"calls": usage.calls, "failed": usage.failed, "errors": usage.errors,
                             "input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens}})

@@ -151,6 +151,10 @@ def _feedback(board: _Board, steps: list[Step], signals: list[FeedbackSignal]) -
         if not cited:
             continue
         first = min(cited)
+        if signal.span_id in by_span and steps[by_span[signal.span_id]].is_actor:
+            # The judge judged that turn: its evidence (an earlier tool reply the turn dropped, say) is what it had
+            # in front of it, not who went wrong.
+            first = by_span[signal.span_id]
         if signal.judge in ("rule.exit_code", "rule.span_error", "rule.tool_error") and not steps[first].is_actor:
             later_ok = any(not s.is_actor and s.agent == steps[first].agent and s.status != "error"
                            for s in steps[first + 1:])
@@ -226,9 +230,19 @@ def step_evidence(*, steps: list[Step], goal: str = "", signals: list[FeedbackSi
                   ) -> dict[int, dict[str, float]]:
     """position -> evidence kind -> weight, for every candidate step (and every step evidence was charged to): the
     heuristic's pieces of evidence kept apart, for the learned method (learned.py) to weigh."""
+    return step_evidence_and_reasons(steps=steps, goal=goal, signals=signals)[0]
+
+
+def step_evidence_and_reasons(*, steps: list[Step], goal: str = "", signals: list[FeedbackSignal] | None = None
+                              ) -> tuple[dict[int, dict[str, float]], dict[int, list[str]]]:
+    """step_evidence, and position -> the evidence in words, strongest first (a candidate's evidence when the
+    attribution is not sure)."""
     if not steps:
-        return {}
-    return _board(steps, goal, signals or []).kinds
+        return {}, {}
+    board = _board(steps, goal, signals or [])
+    reasons = {position: [why for _, why in sorted(found, key=lambda r: -r[0]) if why != "early in the run"]
+               for position, found in board.reasons.items()}
+    return board.kinds, reasons
 
 
 def attribute_heuristic(*, steps: list[Step], goal: str = "", signals: list[FeedbackSignal] | None = None) -> Decision:

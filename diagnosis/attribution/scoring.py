@@ -2,7 +2,9 @@
 `mistake_step`, optionally `mistake_span_id`).
 
 Agents match case-insensitively and exactly; steps match as integers (`agent.step_index`), exactly and within ±1
-and ±3. Every label whose trace is in the project counts: an attribution that failed or named nothing is wrong.
+and ±3. Every label whose trace is in the project counts: an attribution that failed or named nothing is wrong; an
+unconfident one counts by its top candidate. `confident` scores the confident answers alone, beside the baselines
+on the same runs (issue 42).
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ from pathlib import Path
 from clear.projects.models import Project
 from traces.models import Trace
 
+from .crossval import baselines_score
 from .errors import AttributionInvalidError
 from .models import Attribution
+from .selectors import row_confident
 from .services import attribution_compute_for_project
 
 
@@ -33,6 +37,7 @@ class ScoreReport:
     computed: int = 0
     rows: list[dict] = field(default_factory=list)
     baselines: dict[str, dict] = field(default_factory=dict)  # label-free baselines on the same traces
+    confident: dict = field(default_factory=dict)  # the confident answers alone, and the baselines on those runs
 
     def rate(self, value: int) -> float:
         return value / self.count if self.count else 0.0
@@ -46,7 +51,7 @@ class ScoreReport:
             "step_within_3": round(self.rate(self.step_within_3), 4),
             "errors": self.errors, "inconclusive": self.inconclusive,
             "labels_without_trace": self.labels_without_trace, "computed": self.computed,
-            "baselines": self.baselines,
+            "baselines": self.baselines, "confident": self.confident,
         }
 
 
@@ -97,7 +102,12 @@ def attribution_score(*, project: Project, labels: list[dict], method: str = "he
         row = {"trace_id": label["trace_id"], "label_agent": label.get("mistake_agent"),
                "label_step": _step(label.get("mistake_step")), "agent": None, "step": None, "status": "missing"}
         if attribution is not None:
-            row.update(agent=attribution.agent, step=attribution.step_index, status=attribution.status)
+            row.update(agent=attribution.agent, step=attribution.step_index, status=attribution.status,
+                       confident=row_confident(status=attribution.status, details=attribution.details))
+            top = (attribution.details or {}).get("top") if isinstance(attribution.details, dict) else None
+            if not row["confident"] and isinstance(top, dict) and top.get("agent"):
+                # Every run is answered in the all-run figure: an unconfident one by its top candidate.
+                row.update(agent=top["agent"], step=_step(top.get("step")))
             report.errors += attribution.status == Attribution.Status.ERROR
             report.inconclusive += attribution.status == Attribution.Status.INCONCLUSIVE
         wanted_agent = str(label.get("mistake_agent") or "").strip().casefold()
@@ -109,16 +119,38 @@ def attribution_score(*, project: Project, labels: list[dict], method: str = "he
             report.step_within_1 += gap <= 1
             report.step_within_3 += gap <= 3
         report.rows.append(row)
-    report.baselines = _baselines(project=project, labels=labels, traces=traces)
+    examples = _examples(project=project, labels=labels, traces=traces)
+    report.baselines = baselines_score(examples)
+    report.confident = _confident(report=report, examples=examples)
     return report
 
 
-def _baselines(*, project: Project, labels: list[dict], traces: dict[str, int]) -> dict[str, dict]:
-    """The label-free baselines (baselines.py) scored against the same labels, on the same steps and signals the
-    methods see; a label whose trace is missing counts as wrong for them too, as for the method."""
+def _confident(*, report: ScoreReport, examples: list) -> dict:
+    """{count, agent_accuracy, step_exact, step_within_3, baselines}: the confident answers alone, beside the
+    label-free baselines on those same runs."""
+    rows = [row for row in report.rows if row.get("confident")]
+    wanted = {str(row["trace_id"]) for row in rows}
+    n = len(rows)
+
+    def share(test) -> float:
+        return round(sum(1 for row in rows if test(row)) / n, 4) if n else 0.0
+
+    def gap(row) -> int | None:
+        return None if row["step"] is None or row["label_step"] is None else abs(row["step"] - row["label_step"])
+    return {
+        "count": n,
+        "agent_accuracy": share(lambda r: bool(r["agent"]) and str(r["agent"]).strip().casefold()
+                                == str(r["label_agent"] or "").strip().casefold()),
+        "step_exact": share(lambda r: gap(r) == 0), "step_within_3": share(lambda r: (gap(r) or 0) <= 3
+                                                                                  and gap(r) is not None),
+        "baselines": baselines_score([e for e in examples if e.trace_id in wanted]) if n else {},
+    }
+
+
+def _examples(*, project: Project, labels: list[dict], traces: dict[str, int]) -> list:
+    """The labelled traces as the baselines (baselines.py) read them: the same steps and signals the methods see."""
     from diagnosis.services.trace_view import trace_view_build
 
-    from .crossval import baselines_score
     from .learned import example_build
     from .services import feedback_signals
     from .steps import goal_text, trace_steps
@@ -134,4 +166,4 @@ def _baselines(*, project: Project, labels: list[dict], traces: dict[str, int]) 
         examples.append(example_build(trace_id=trace.trace_id, group=trace.task_id, steps=trace_steps(view),
                                       goal=goal_text(view), signals=signals, label_agent=label.get("mistake_agent"),
                                       label_step=_step(label.get("mistake_step"))))
-    return baselines_score(examples)
+    return examples

@@ -60,30 +60,63 @@ def _method_rank(method: str) -> tuple[int, str]:
     return (METHOD_PREFERENCE.index(method) if method in METHOD_PREFERENCE else len(METHOD_PREFERENCE), method)
 
 
+def row_confident(*, status: str, details: dict | None) -> bool:
+    """An attribution names one agent only when it is confident: a learned one under its threshold is stored
+    inconclusive with its candidates (details["confident"] false); the other methods carry no threshold."""
+    details = details if isinstance(details, dict) else {}
+    # An older learned row under its threshold (low_confidence) named a baseline's guess: not an answer either.
+    return (status == Attribution.Status.OK and details.get("confident", True) is not False
+            and not details.get("low_confidence"))
+
+
 def _summary(*, failing: int, rows: list[dict], top: int) -> dict:
+    confident_rows = [r for r in rows if r["confident"]]
     by_agent: dict[str, list[dict]] = defaultdict(list)
-    for row in rows:
+    for row in confident_rows:
         by_agent[row["agent"]].append(row)
     agents = []
     for agent, blamed in by_agent.items():
         confidences = [r["confidence"] for r in blamed if r["confidence"] is not None]
-        fallbacks = Counter(r["fallback"] for r in blamed if r["low_confidence"] and r["fallback"])
-        agents.append({
-            "agent": agent, "count": len(blamed),
-            "mean_confidence": sum(confidences) / len(confidences) if confidences else None,
-            "low_confidence": sum(r["low_confidence"] for r in blamed),
-            "fallback": fallbacks.most_common(1)[0][0] if fallbacks else "",
-        })
+        agents.append({"agent": agent, "count": len(blamed),
+                       "mean_confidence": sum(confidences) / len(confidences) if confidences else None})
     agents.sort(key=lambda a: (-a["count"], -(a["mean_confidence"] or 0), a["agent"]))
-    confident = sorted(rows, key=lambda r: (r["confidence"] is None, -(r["confidence"] or 0), r["trace_id"]))
+    # The insight names one agent only when most of its confident answers do; otherwise the candidates speak.
+    blamed = agents[0]["agent"] if agents and agents[0]["count"] * 2 > len(confident_rows) else None
+    candidates: dict[str, dict] = {}
+    for row in rows:
+        for rank, candidate in enumerate(row["candidates"] if not row["confident"] else
+                                         [{"agent": row["agent"], "share": row["confidence"] or 0.0,
+                                           "evidence": row["evidence"]}]):
+            entry = candidates.setdefault(candidate["agent"], {"agent": candidate["agent"], "traces": 0, "first": 0,
+                                                               "share": 0.0, "evidence": Counter()})
+            entry["traces"] += 1
+            entry["first"] += rank == 0
+            entry["share"] += float(candidate.get("share") or 0.0)
+            entry["evidence"].update(candidate.get("evidence") or [])
+    ranked = sorted(candidates.values(), key=lambda c: (-c["share"], -c["first"], c["agent"]))
+    for entry in ranked:
+        entry["mean_share"] = round(entry.pop("share") / max(1, len(rows)), 3)
+        entry["evidence"] = [text for text, _ in entry["evidence"].most_common(3)]
+    ordered = sorted(rows, key=lambda r: (not r["confident"], r["confidence"] is None, -(r["confidence"] or 0),
+                                          r["trace_id"]))
     return {"failing": failing, "attributed": len(rows), "unattributed": max(failing - len(rows), 0),
-            "agents": agents, "top": confident[:top]}
+            "confident": blamed is not None, "blamed": blamed, "confident_count": len(confident_rows),
+            "unconfident_count": len(rows) - len(confident_rows), "agents": agents,
+            "candidates": ranked[:SUMMARY_TOP_ROWS], "top": ordered[:top]}
+
+
+def _candidates(details: dict) -> list[dict]:
+    found = details.get("candidates") if isinstance(details, dict) else None
+    return [{"agent": str(c.get("agent") or ""), "step": c.get("step"), "span_id": str(c.get("span_id") or ""),
+             "share": c.get("share") if c.get("share") is not None else c.get("score"),
+             "evidence": [str(e) for e in (c.get("evidence") or c.get("reasons") or [])][:4]}
+            for c in (found or []) if isinstance(c, dict) and c.get("agent")]
 
 
 def attribution_summary_map(*, project: Project, insight_ids: Iterable[int],
                             top: int = SUMMARY_TOP_ROWS) -> dict[int, dict]:
     """{insight pk: summary} (see attribution_summary_for_insight) for many insights in two queries: the failing
-    traces each insight holds statements of, and those traces' successful attributions, one per trace."""
+    traces each insight holds statements of, and those traces' attributions, one per trace."""
     insight_ids = list(insight_ids)
     if not insight_ids:
         return {}
@@ -101,21 +134,26 @@ def attribution_summary_map(*, project: Project, insight_ids: Iterable[int],
             if insight_id in wanted:
                 members[insight_id].add(trace)
     chosen: dict[int, dict] = {}
-    attributions = (Attribution.objects.filter(project=project, status=Attribution.Status.OK,
-                                               trace_id__in=statements.order_by().values("trace_id"))
-                    .exclude(agent="")
-                    .values("trace_id", "trace__trace_id", "method", "agent", "span_id", "step_index",
-                            "confidence", "reason", "details__low_confidence", "details__fallback"))
+    # A confident answer (status ok) or an unconfident one that still has candidates (status inconclusive).
+    attributions = (Attribution.objects.filter(project=project, trace_id__in=statements.order_by().values("trace_id"),
+                                               status__in=(Attribution.Status.OK, Attribution.Status.INCONCLUSIVE))
+                    .values("trace_id", "trace__trace_id", "method", "status", "agent", "span_id", "step_index",
+                            "confidence", "reason", "details"))
     for a in attributions:
+        details = a["details"] if isinstance(a["details"], dict) else {}
+        confident = row_confident(status=a["status"], details=details) and bool(a["agent"])
+        candidates = _candidates(details)
+        if a["status"] == Attribution.Status.INCONCLUSIVE and not candidates:
+            continue  # named nothing and no candidates (an LLM method's "no step"): nothing to show
         current = chosen.get(a["trace_id"])
         if current is not None and _method_rank(current["method"]) <= _method_rank(a["method"]):
             continue
         chosen[a["trace_id"]] = {
-            "trace_id": a["trace__trace_id"], "method": a["method"], "agent": a["agent"], "span_id": a["span_id"],
-            "step_index": a["step_index"], "confidence": a["confidence"], "reason": a["reason"],
-            # SQLite hands JSON booleans back as 0/1
-            "low_confidence": bool(a["details__low_confidence"]),
-            "fallback": a["details__fallback"] if isinstance(a["details__fallback"], str) else "",
+            "trace_id": a["trace__trace_id"], "method": a["method"], "confident": confident,
+            "agent": a["agent"] if confident else "", "span_id": a["span_id"] if confident else "",
+            "step_index": a["step_index"] if confident else None, "confidence": a["confidence"],
+            "reason": a["reason"], "evidence": [str(e) for e in details.get("evidence") or []][:4],
+            "candidates": [] if confident else candidates[:3],
         }
     return {insight_id: _summary(failing=len(members.get(insight_id, ())), top=top,
                                  rows=[chosen[t] for t in members.get(insight_id, ()) if t in chosen])
@@ -124,9 +162,12 @@ def attribution_summary_map(*, project: Project, insight_ids: Iterable[int],
 
 def attribution_summary_for_insight(*, project: Project, insight: Insight, top: int = SUMMARY_TOP_ROWS) -> dict:
     """Where the insight's failing traces went wrong: {"failing": its failing member traces, "attributed": those
-    with an attribution (status ok; by the preferred method when several attributed a trace), "agents": [{agent,
-    count, mean_confidence, low_confidence (how many), fallback}] most blamed first, "top": the `top` most confident
-    rows [{trace_id, method, agent, span_id, step_index, confidence, low_confidence, fallback, reason}],
+    with an attribution (confident, or unconfident with candidates; the preferred method's when several attributed
+    a trace), "confident": whether one agent is blamed ("blamed": it, the agent most of the confident answers name;
+    null otherwise), "confident_count" / "unconfident_count", "agents": [{agent, count, mean_confidence}] over the
+    confident answers, most blamed first, "candidates": [{agent, traces, first, mean_share, evidence}] over every
+    answer (an unconfident one's candidates, a confident one's agent), "top": the `top` rows [{trace_id, method,
+    confident, agent, span_id, step_index, confidence, reason, evidence, candidates}] confident first,
     "unattributed": failing member traces with no attribution yet}."""
     if insight.project_id != project.pk:
         return _summary(failing=0, rows=[], top=top)

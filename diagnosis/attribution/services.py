@@ -25,7 +25,7 @@ from .models import Attribution
 from .steps import goal_text, trace_steps
 
 HEURISTIC_VERSION = "heuristic-v1"
-LEARNED_VERSION = "learned-v1"
+LEARNED_VERSION = "learned-v2"
 LLM_METHODS = tuple(METHODS)
 OFFLINE_METHODS = ("learned", "heuristic")
 ALL_METHODS = OFFLINE_METHODS + LLM_METHODS
@@ -117,8 +117,10 @@ def attribution_compute(*, project: Project, trace: Trace, method: str = "learne
         signals, source = feedback_signals(project=project, trace=trace, view=view)
         model = shipped_model()
         prediction = model.predict(example_build(trace_id=trace.trace_id, group=trace.task_id, steps=steps, goal=goal,
-                                                 signals=signals))
-        step = prediction.step
+                                                 signals=signals, trace=view))
+        # Unconfident, no single agent is named: the row is inconclusive and its details hold the candidates (the
+        # top one still answers for `attribution_score`'s all-run figure).
+        step = prediction.step if prediction.confident else None
         values = {
             "status": Attribution.Status.OK if step else Attribution.Status.INCONCLUSIVE,
             "agent": (prediction.agent or "")[:300] if step else "", "span_id": step.span_id if step else "",
@@ -126,8 +128,14 @@ def attribution_compute(*, project: Project, trace: Trace, method: str = "learne
             "reason": prediction.reason[:480], "error": "", "model": "", "prompt_version": LEARNED_VERSION,
             "calls": 0, "input_tokens": 0, "output_tokens": 0, "cost": 0.0,
             "details": {"signals_from": source, "signals": len(signals), "steps": len(steps),
-                        "candidates": prediction.candidates, "low_confidence": prediction.low_confidence,
-                        "fallback": prediction.fallback, "trained_on": model.trained_on},
+                        "confident": prediction.confident, "low_confidence": prediction.low_confidence,
+                        "threshold": model.threshold_agent if len({s.agent for s in steps if s.is_actor}) > 1
+                        else model.threshold_step,
+                        "candidates": prediction.candidates, "evidence": prediction.evidence,
+                        "top": {"agent": prediction.agent or "",
+                                "step": prediction.step.index if prediction.step else None,
+                                "span_id": prediction.step.span_id if prediction.step else ""},
+                        "trained_on": model.trained_on},
         }
     elif method == "heuristic":
         signals, source = feedback_signals(project=project, trace=trace, view=view)
@@ -212,9 +220,12 @@ def attribution_compute_for_run(*, run_id) -> AttributionBatch | None:
         return None
     judged = dict(Feedback.objects.filter(run=run, trace__outcome=Trace.Outcome.FAILURE)
                   .values_list("trace_id").annotate(last=Max("created_at")).values_list("trace_id", "last"))
-    attributed = dict(Attribution.objects.filter(project=run.project, method="learned", trace_id__in=list(judged))
-                      .values_list("trace_id", "updated_at"))
-    stale = [pk for pk, last in judged.items() if pk not in attributed or attributed[pk] < last]
+    attributed = {pk: (updated, version) for pk, updated, version in
+                  Attribution.objects.filter(project=run.project, method="learned", trace_id__in=list(judged))
+                  .values_list("trace_id", "updated_at", "prompt_version")}
+    # Stale: none yet, older than the run's feedback, or made by an earlier version of the method.
+    stale = [pk for pk, last in judged.items()
+             if pk not in attributed or attributed[pk][0] < last or attributed[pk][1] != LEARNED_VERSION]
     batch = AttributionBatch(method="learned")
     for trace in Trace.objects.filter(pk__in=stale).order_by("start_time", "pk"):
         batch.attributions.append(attribution_compute(project=run.project, trace=trace, method="learned"))

@@ -62,6 +62,7 @@ class ClusterName:
     source: str = "offline"  # "offline" | "llm"
     root_cause: str = ""
     recommendation: str = ""
+    note: str = ""  # offline only: why the model's name was not used (it echoed the prompt or was not grounded)
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,7 +214,9 @@ def name_clusters(
                                            offline=offline))
             except Exception:  # noqa: BLE001 - an LLM failure must not lose the cluster
                 answer = None
-            if answer is not None:
+            if answer is not None and answer.note:
+                name = answer  # the namer kept the offline name, saying why (its model's text failed the checks)
+            elif answer is not None:
                 name = ClusterName(
                     title=answer.title or offline.title, description=answer.description or offline.description,
                     terms=top, source="llm", root_cause=answer.root_cause,

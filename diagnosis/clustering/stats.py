@@ -16,6 +16,13 @@ three statements in a cluster counts once.
   is not.
 * trend: per release, traces with the issue, judged traces and frequency, in the caller's release order (or
   first-seen order).
+* recovered occurrences (diagnosis/judges/recovery.py: the run later reached what a failed call sought): a trace
+  whose occurrences of the issue were all recovered counts in the frequency but not, by default, in the lift
+  (`lift_traces`): the lift compares the traces where the issue was not recovered with the rest, so an error the
+  agent gets past does not look associated with failure because those runs failed later for other reasons. When
+  that lift is not associated and the recovered traces are (a retry that went through with wrong arguments), the
+  recovered traces' lift is the issue's: they keep it associated. An issue recovered in every trace has the
+  recovered traces' lift: associated only when they are.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from statistics import NormalDist
 
 __all__ = [
     "TraceInfo", "IssueStats", "ReleaseCount", "issue_stats", "wilson_interval", "risk_ratio",
-    "newcombe_difference", "trend_by_release", "MIN_SUCCEEDING", "issue_lift",
+    "newcombe_difference", "trend_by_release", "MIN_SUCCEEDING", "issue_lift", "lift_traces",
 ]
 
 Interval = tuple[float, float]
@@ -63,6 +70,8 @@ class IssueStats:
     risk_difference: float | None
     risk_difference_ci: Interval | None
     trend: list[ReleaseCount] = field(default_factory=list)
+    recovered: int = 0  # judged traces with the issue whose occurrences were all recovered
+    lift_on: str = "all"  # the traces the lift compares: "all", "unrecovered" or "recovered" (lift_traces)
 
 
 def _z(confidence: float) -> float:
@@ -146,6 +155,39 @@ def trend_by_release(
     ]
 
 
+def _cells(hit: set[str], traces: Mapping[str, TraceInfo]) -> tuple[int, int, int, int]:
+    """(a, n1, c, n2): failing and known-outcome traces with the issue, then without it."""
+    known = {t for t, info in traces.items() if info.failed is not None}
+    n1 = len(hit & known)
+    a = sum(1 for t in hit & known if traces[t].failed)
+    c = sum(1 for t in known - hit if traces[t].failed)
+    return a, n1, c, len(known) - n1
+
+
+def _associated(hit: set[str], traces: Mapping[str, TraceInfo], confidence: float, min_succeeding: int) -> bool:
+    _, interval = issue_lift(*_cells(hit, traces), confidence, min_succeeding)
+    return interval is not None and interval[0] > 1
+
+
+def lift_traces(
+    issue_trace_ids: Iterable[str], recovered_trace_ids: Iterable[str], traces: Mapping[str, TraceInfo], *,
+    confidence: float = 0.95, min_succeeding: int = MIN_SUCCEEDING,
+) -> tuple[set[str], str]:
+    """The traces an issue's lift is computed on, and which they are ("all", "unrecovered", "recovered"): the
+    traces where it was not recovered, unless only the recovered ones are associated with failure, or there are no
+    others (module docstring). recovered_trace_ids: traces whose occurrences of the issue were all recovered."""
+    hit = {t for t in issue_trace_ids if t in traces}
+    recovered = {t for t in recovered_trace_ids if t in hit}
+    if not recovered:
+        return hit, "all"
+    unrecovered = hit - recovered
+    if unrecovered and _associated(unrecovered, traces, confidence, min_succeeding):
+        return unrecovered, "unrecovered"
+    if not unrecovered or _associated(recovered, traces, confidence, min_succeeding):
+        return recovered, "recovered"
+    return unrecovered, "unrecovered"
+
+
 def issue_stats(
     issue_trace_ids: Iterable[str],
     traces: Mapping[str, TraceInfo],
@@ -153,17 +195,18 @@ def issue_stats(
     confidence: float = 0.95,
     release_order: Sequence[str] | None = None,
     min_succeeding: int = MIN_SUCCEEDING,
+    recovered_trace_ids: Iterable[str] = (),
 ) -> IssueStats:
     """Frequency, lift and trend of one issue. issue_trace_ids: traces in which the issue was found (others
     than the judged `traces` are ignored); traces: every judged trace id -> TraceInfo. No lift when fewer than
-    `min_succeeding` judged traces succeeded."""
+    `min_succeeding` judged traces succeeded. recovered_trace_ids: the traces whose occurrences were all recovered:
+    counted in the frequency, and in the lift only as `lift_traces` says."""
     hit = {t for t in issue_trace_ids if t in traces}
+    recovered = {t for t in recovered_trace_ids if t in hit}
     judged = len(traces)
-    known = {t for t, info in traces.items() if info.failed is not None}
-    n1 = len(hit & known)
-    a = sum(1 for t in hit & known if traces[t].failed)
-    n2 = len(known) - n1
-    c = sum(1 for t in known - hit if traces[t].failed)
+    compared, lift_on = lift_traces(hit, recovered, traces, confidence=confidence,
+                                    min_succeeding=min_succeeding)
+    a, n1, c, n2 = _cells(compared, traces)
     lift, lift_ci = issue_lift(a, n1, c, n2, confidence, min_succeeding)
     diff, diff_ci = newcombe_difference(a, n1, c, n2, confidence)
     return IssueStats(
@@ -172,4 +215,5 @@ def issue_stats(
         failure_rate_with=(a / n1) if n1 else None, failure_rate_without=(c / n2) if n2 else None,
         lift=lift, lift_ci=lift_ci, risk_difference=diff, risk_difference_ci=diff_ci,
         trend=trend_by_release(hit, traces, release_order),
+        recovered=len(recovered), lift_on=lift_on,
     )

@@ -19,6 +19,7 @@ from diagnosis.insights.statements import Draft
 from diagnosis.insights.verify import evidence_verified
 from diagnosis.models import (
     DiagnosisRun,
+    Feedback,
     Insight,
     InsightEvent,
     InsightEvidence,
@@ -80,7 +81,28 @@ def _apply_name(insight: Insight, name, group: Group, data: RunData, new: bool) 
         insight.root_cause, insight.recommendation = text.root_cause, text.recommendation
     if name.source == "llm" or insight.naming_source != "llm" or not insight.description:
         insight.description = name.description
+    if name.source == "llm" or insight.naming_source != "llm":
+        insight.naming_note = name.note  # why the model's text was replaced by the computed one, else ""
     insight.terms = list(name.terms)
+
+
+def recovered_feedback(*, run: DiagnosisRun) -> set[int]:
+    """The run's feedback about an error the run recovered from (judges/recovery.py `error_recovery`)."""
+    return set(Feedback.objects.filter(run=run, details__recovered=True).values_list("pk", flat=True))
+
+
+def recovered_traces(rows: list[int], drafts: list[Draft], recovered: set[int]) -> set[str]:
+    """The traces (str(pk), as RunData.traces) whose statements among `rows` are all of recovered errors: counted
+    in the insight's frequency, and in its lift only as clustering/stats.py `lift_traces` says."""
+    if not recovered:
+        return set()
+    seen, unrecovered = set(), set()
+    for r in rows:
+        trace = str(drafts[r].trace_pk)
+        seen.add(trace)
+        if drafts[r].feedback_id not in recovered:
+            unrecovered.add(trace)
+    return seen - unrecovered
 
 
 def insights_write(*, data: RunData, groups: list[Group], names: dict[int, tuple],
@@ -95,9 +117,11 @@ def insights_write(*, data: RunData, groups: list[Group], names: dict[int, tuple
     existing = Insight.objects.select_related("last_run").in_bulk([g.insight_id for g in groups if g.insight_id])
     ranker, judged = headline_ranker(project_id=run.project_id), {t.release for t in data.traces.values()}
     insight_of: list[Insight] = []
+    recovered = recovered_feedback(run=run)
     for index, group in enumerate(groups):
         rows = group.rows
-        stats = issue_stats({str(drafts[r].trace_pk) for r in rows}, data.traces)
+        stats = issue_stats({str(drafts[r].trace_pk) for r in rows}, data.traces,
+                            recovered_trace_ids=recovered_traces(rows, drafts, recovered))
         if group.is_other:
             insight, _ = Insight.objects.get_or_create(
                 project_id=run.project_id, level=group.level, node=group.node, is_other=True,

@@ -111,11 +111,12 @@ def _rule_pattern(judge: str, title: str) -> str:
 
 
 def _tool_of(trace_pk: int, target: str, evidence: list[dict], spans: dict) -> str:
-    """The judged span's tool, else the one tool the evidence cites (a repeated call targets its caller)."""
+    """The judged span's tool, else the one tool the evidence cites (a tool call's finding targets its decider)."""
     tool = spans.get((trace_pk, target), ("", None, ""))[2] if target else ""
     if tool:
         return tool
-    cited = {spans.get((trace_pk, e["span_id"]), ("", None, ""))[2] for e in evidence}
+    # The deciding step a tool call's finding targets (judges/decision.py) is cited too, and names no tool.
+    cited = {spans.get((trace_pk, e["span_id"]), ("", None, ""))[2] for e in evidence} - {""}
     return cited.pop() if len(cited) == 1 else ""
 
 

@@ -17,7 +17,7 @@ from itertools import combinations, pairwise
 from statistics import median
 
 from diagnosis.judges.contract import Evidence, SpanView, TraceView
-from diagnosis.judges.contrastive_tasks import task_features, unconfirmed_features, unpreceded_features
+from diagnosis.judges.contrastive_tasks import task_features, unpreceded_features
 from diagnosis.judges.rules.repetition import REPEATED_CALL_THRESHOLD
 from diagnosis.judges.text import dump, error_pattern, error_payload, maybe_json, normalise, plain_text, value_text
 
@@ -26,7 +26,7 @@ from diagnosis.judges.text import dump, error_pattern, error_payload, maybe_json
 # Within-task kinds come after what a node itself did: a run that routed wrongly also lacks the call the right
 # worker makes, and the routing is the cause.
 KIND_ORDER = ("lost", "repeat", "error_type", "route", "error", "arg", "task_arg", "task_missing", "task_extra",
-              "unconfirmed", "unpreceded", "before", "without", "items", "count", "steps", "handoff", "calls", "node")
+              "unpreceded", "before", "without", "items", "count", "steps", "handoff", "calls", "node")
 MAX_COUNT_THRESHOLD = 5  # "called at least k times" for k = 2..5: beyond that one more call says nothing new
 _SHORT_VALUE = re.compile(r"^[A-Za-z][\w .:/-]{0,39}$")  # a word-like value (routing targets, intents, error codes)
 _IDENTIFIER = re.compile(r"\b[A-Za-z][A-Za-z_]*[-_]?\d{2,}[A-Za-z0-9_-]*\b")  # O-5010, INV-9011, 1Z-…, KB-204
@@ -106,30 +106,41 @@ def _failed(span: SpanView) -> bool:
     return span.kind == "TOOL" and error_payload(span.output) is not None
 
 
-def _objects(value, out: list[dict], depth: int = 0) -> None:
-    """Every JSON object inside a value, JSON held in strings parsed too."""
+def _objects(value, out: list[dict], depth: int = 0, *, calls: bool = True) -> None:
+    """Every JSON object inside a value, JSON held in strings parsed too; with calls=False, not tool calls
+    (`_tool_call`) nor what they hold."""
     if depth > 20:
         return
     value = maybe_json(value)
     if isinstance(value, dict):
+        if not calls and _tool_call(value):
+            return
         out.append(value)
         for child in value.values():
-            _objects(child, out, depth + 1)
+            _objects(child, out, depth + 1, calls=calls)
     elif isinstance(value, list):
         for child in value:
-            _objects(child, out, depth + 1)
+            _objects(child, out, depth + 1, calls=calls)
+
+
+def _tool_call(obj: dict) -> bool:
+    """A tool call a model wrote (`{"name", "arguments"}`, `{"function": {...}}`, `{"type": "tool_use", "input"}`)."""
+    return (isinstance(obj.get("name"), str) and any(k in obj for k in ("arguments", "input", "args"))) \
+        or isinstance(obj.get("function"), dict)
 
 
 def _output_objects(span: SpanView) -> list[dict]:
     """The objects a model wrote: inside its messages' text when the output is a message list (the message
-    envelopes themselves are not what it decided), else inside the output as it is."""
+    envelopes themselves are not what it decided), else inside the output as it is. Tool calls are left out with
+    what they hold: the call is its TOOL span, whose name and arguments the tool features compare (`calls`, `arg`;
+    within a task `task_extra`, `task_arg`); as "writes `name: book_reservation`" it would be the same call twice."""
     found: list[dict] = []
     output = maybe_json(span.output)
     if isinstance(output, list) and output and all(isinstance(m, dict) and "parts" in m for m in output):
         for text in plain_text(output).split("\n"):
-            _objects(text, found)
+            _objects(text, found, calls=False)
     else:
-        _objects(output, found)
+        _objects(output, found, calls=False)
     return found
 
 
@@ -274,10 +285,39 @@ def trace_features(trace: TraceView) -> dict[str, Hit]:
     return c.hits
 
 
+# Runs of several tasks (run_features): which tools a run calls, how often, in which order, with which arguments and
+# in how many steps is first of all what its task needs; within a task, `task_missing`, `task_extra`, `unpreceded`
+# and `task_arg` say it of the run.
+CROSS_TASK_KINDS = frozenset({"calls", "count", "items", "before", "without", "steps", "arg"})
+
+
+def _task_compared(traces: list[TraceView]) -> set[str]:
+    """The traces with a task id, when the within-task features (contrastive_tasks.py) apply: some run's task has
+    another run that succeeded. Empty otherwise (no task ids, one run per task)."""
+    succeeded: Counter = Counter(t.task_id for t in traces if t.task_id and t.outcome == "success")
+    if not any(t.task_id and succeeded[t.task_id] - (t.outcome == "success") > 0 for t in traces):
+        return set()
+    return {t.trace_id for t in traces if t.task_id}
+
+
 def run_features(traces: list[TraceView]) -> dict[str, dict[str, Hit]]:
     """trace id -> key -> Hit, with the features that need the whole run: a tool called without another tool the
-    run uses, and a node taking more spans than its median over the traces it ran in."""
+    run uses, and a node taking more spans than its median over the traces it ran in.
+
+    Runs of several tasks (`Trace.task_id`), when some run's task has another succeeding run: which tools a run
+    calls, how often, in which order, with which arguments and in how many steps is first of all what its task
+    needs. Across tasks, "`search_flight` is called without `transfer_to_human`", "`get_user` is called before
+    `search_flight`", "is called with `origin: JFK`" or "takes more steps than usual" tell the kinds of task apart
+    (the ones that fail more often), not a run's mistake, and when one such finding is left out the next one takes
+    its place. So on every run with a task id, the features of those facts (CROSS_TASK_KINDS) are left out: the
+    within-task features (`task_missing`, `task_extra`, `unpreceded`, `task_arg`) compare the run with its task's
+    succeeding runs instead (a task whose runs all failed keeps none either, or they would look like causes).
+    Errors, identical repeats, routing pairs and lost identifiers are compared across every run. On tau-airline's
+    tune split (every run: 4 runs per task), the cross-task findings put no statement within one agent turn of a
+    labelled wrong write and none of their tickets was real. Runs without task ids, or one run per task, keep every
+    feature."""
     features = {t.trace_id: trace_features(t) for t in traces}
+    compared = _task_compared(traces)
     vocabulary = sorted({tool_of(s) for t in traces for s in t.spans if s.kind == "TOOL"})
     spans_per_node = {t.trace_id: Counter(s.node for s in t.spans if s.node) for t in traces}
     counts_of: dict[str, list[int]] = defaultdict(list)
@@ -303,10 +343,18 @@ def run_features(traces: list[TraceView]) -> dict[str, dict[str, Hit]]:
                 span = next(s for s in sorted(trace.spans, key=lambda s: s.start_time) if s.node == node)
                 c.add(f"steps|{node}", kind="steps", node=node, span=span, quote="",
                       phrase=f"`{node}` takes more steps than usual (over {medians[node]:g} spans)")
+    _leave_out_task_facts(features, compared)
     task_features(traces, features, _collector_for)
     unpreceded_features(traces, features, _collector_for)
-    unconfirmed_features(traces, features, _collector_for)
     return features
+
+
+def _leave_out_task_facts(features: dict[str, dict[str, Hit]], compared: set[str]) -> None:
+    """CROSS_TASK_KINDS features of the runs with a task id (`compared`, run_features)."""
+    for trace_id in compared:
+        hits = features[trace_id]
+        for key in [k for k, hit in hits.items() if hit.kind in CROSS_TASK_KINDS]:
+            del hits[key]
 
 
 def _collector_for(trace: TraceView, hits: dict[str, Hit]) -> _Collector:

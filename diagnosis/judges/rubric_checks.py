@@ -134,6 +134,14 @@ def _call_quote(span: SpanView) -> str:
     return dump(maybe_json(span.input)) if span.input not in (None, "", {}, []) else ""
 
 
+def _decided(call: SpanView, trace: TraceView) -> tuple[str, list[Evidence]]:
+    """A wrong call's finding targets the step that decided it (judges/decision.py), which it cites too."""
+    from diagnosis.judges.decision import call_evidence, deciding_step
+
+    step = deciding_step(call, trace)
+    return (step.span_id, call_evidence(call, step)[:1]) if step is not None else (call.span_id, [])
+
+
 def _check_regex(rubric: dict, trace: TraceView, config: dict, node: str) -> JudgeResult:
     selector = _scoped(config["spans"], node)
     if selector:
@@ -236,7 +244,9 @@ def _check_tool_order(rubric: dict, trace: TraceView, config: dict, node: str) -
         detail=f"{names} must come first" + (", but it came later." if first else ", but it is never called."),
         severity="high", evidence=[Evidence(later.span_id, _call_quote(later))]
         + [Evidence(s.span_id, _call_quote(s)) for s in first[:1]])
-    return _result(rubric, "fail", f"{later.tool_name} before {names}.", [issue], later.span_id)
+    target, step = _decided(later, trace)
+    issue.evidence = step + issue.evidence
+    return _result(rubric, "fail", f"{later.tool_name} before {names}.", [issue], target)
 
 
 def _check_tool_never(rubric: dict, trace: TraceView, config: dict, node: str) -> JudgeResult:
@@ -249,7 +259,9 @@ def _check_tool_never(rubric: dict, trace: TraceView, config: dict, node: str) -
     issue = JudgeIssue(title=_violating(what, rubric),
                        detail=f"{len(calls)} call(s) to {names}.", severity="high",
                        evidence=[Evidence(s.span_id, _call_quote(s)) for s in calls])
-    return _result(rubric, "fail", f"{names} was called.", [issue], calls[0].span_id)
+    target, step = _decided(calls[0], trace)
+    issue.evidence = step + issue.evidence
+    return _result(rubric, "fail", f"{names} was called.", [issue], target)
 
 
 def _check_coverage(rubric: dict, trace: TraceView, config: dict, node: str) -> JudgeResult:

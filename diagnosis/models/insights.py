@@ -44,6 +44,8 @@ class Insight(models.Model):
     root_cause = models.TextField(blank=True)
     recommendation = models.TextField(blank=True)
     naming_source = models.CharField(max_length=10, default="offline")
+    naming_note = models.TextField(blank=True, help_text="why the model's title and text were replaced by the computed "
+                                                         "ones (they echoed the prompt or were not grounded), else empty")
     terms = models.JSONField(default=list, blank=True)
     severity = models.CharField(max_length=10, choices=Severity.choices, default=Severity.MEDIUM)
     # Figures of the latest run the pattern occurred in (per-run figures: InsightOccurrence).

@@ -20,7 +20,8 @@ def insight_list(*, project: Project, level: str | None = None, node: str | None
     """The project's insights, most recently seen and most frequent first. Rejected insights, insights merged
     into another, by-design behaviour (Insight.by_design: what a step does on every call, no problem) and outlier
     findings alone not associated with failure (problems.py) are hidden unless asked for (or `review="rejected"`);
-    "other" buckets (statements that fit no cluster) are listed unless include_other=False. release / run: insights
+    "other" buckets (statements that fit no cluster) are listed unless include_other=False (a system bucket holding
+one node's bucket again is not: problems.py). release / run: insights
     that occurred in traces of that release / in that run. nested (no level given): one row per problem, a node
     insight a listed system insight holds is left out (insight_nodes_map lists it under that one)."""
     from diagnosis.selectors.problems import nested_in, outlier_alone_unassociated
@@ -45,9 +46,9 @@ def insight_list(*, project: Project, level: str | None = None, node: str | None
     if not include_other:
         insights = insights.filter(is_other=False)
     else:  # an "other" bucket a re-clustering emptied (its statements now in insights) is no row
-        from diagnosis.selectors.problems import other_emptied
+        from diagnosis.selectors.problems import other_emptied, other_repeating_a_node
 
-        insights = insights.exclude(other_emptied())
+        insights = insights.exclude(other_emptied()).exclude(other_repeating_a_node())
     if run is not None:
         insights = insights.filter(occurrences__run=run)
     if release is not None:

@@ -1,7 +1,7 @@
 """One row per problem: a system insight holds the node insights it links (InsightLink), so lists show it once with
 its node insights nested, and a node insight belonging to no listed system insight is its own row. Also which
 insights are outlier findings alone (rule.latency_outlier / rule.token_outlier): a symptom, listed only when
-associated with failure."""
+associated with failure; and which system "other" buckets repeat one node's."""
 
 from __future__ import annotations
 
@@ -31,6 +31,20 @@ def other_emptied() -> Q:
     statements = InsightStatement.objects.filter(excluded=False)
     return (Q(is_other=True) & ~Exists(statements.filter(node_insight=OuterRef("pk")))
             & ~Exists(statements.filter(system_insight=OuterRef("pk"))))
+
+
+def other_repeating_a_node() -> Q:
+    """System-level "other" buckets whose statements all sit in one node's "other" bucket: on an agent with one node
+    (tau-airline's `airline_agent`), what no cluster explains is the same statements at both levels, and the node's
+    bucket already lists them (the system bucket is for leftovers of several nodes, or of trace-level judges)."""
+    statements = InsightStatement.objects.filter(excluded=False)
+    elsewhere = statements.filter(system_insight=OuterRef(OuterRef("pk"))).filter(
+        Q(node_insight__isnull=True) | ~Q(node_insight=OuterRef("pk")))
+    buckets = Insight.objects.filter(project=OuterRef("project"), level=Insight.Level.NODE, is_other=True,
+                                     merged_into__isnull=True).exclude(review=Insight.Review.REJECTED)
+    holding = buckets.filter(Exists(statements.filter(system_insight=OuterRef(OuterRef("pk")),
+                                                      node_insight=OuterRef("pk")))).filter(~Exists(elsewhere))
+    return Q(is_other=True, level=Insight.Level.SYSTEM) & Exists(holding)
 
 
 def nested_in(systems: QuerySet) -> Q:

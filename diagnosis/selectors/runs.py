@@ -47,6 +47,7 @@ class RunSummary:
     model_calls: int = 0  # judgements a model was asked for (feedback with a model)
     model_call_errors: int = 0  # of those, the ones that ended in an error
     errors_by_cause: list[dict] = field(default_factory=list)  # run_errors_by_cause
+    judges_without_verdict: list[dict] = field(default_factory=list)  # run_judges_without_verdict: the run failed
 
     @property
     def errors_label(self) -> str:
@@ -83,6 +84,34 @@ def run_errors_by_cause(*, project: Project, run: DiagnosisRun) -> list[dict]:
             for cause, g in sorted(groups.items(), key=lambda item: (-item[1]["count"], item[0]))]
 
 
+def run_judges_without_verdict(*, run: DiagnosisRun) -> list[dict]:
+    """The judges of the run that produced errors and not one verdict (issue 43: such a run fails, for CI), each as
+    {judge, errors, calls, causes: [{cause, count}], label}: "llm.step produced no verdict: 8 of 8 model calls
+    failed (invalid_output 5, invalid_output:length 3)". A judge with some verdicts beside its errors is not one;
+    "rubric.generated" is left out: it is only ever written when rubric generation failed, and the rubric.gen-N
+    results say whether generated rubrics were judged."""
+    from diagnosis.judges.llm.trace import GENERATED_JUDGE  # late: the LLM judges' modules are not needed otherwise
+
+    verdict = Q(status__in=[Feedback.Status.OK, Feedback.Status.TRUNCATED])
+    error = Q(status=Feedback.Status.ERROR)
+    rows = (Feedback.objects.filter(run=run).values("judge")
+            .annotate(verdicts=Count("pk", filter=verdict), errors=Count("pk", filter=error),
+                      calls=Count("pk", filter=~Q(model="")))
+            .filter(verdicts=0, errors__gt=0).exclude(judge=GENERATED_JUDGE).order_by("judge"))
+    silent = []
+    for row in rows:
+        causes = Counter(Feedback.objects.filter(error, run=run, judge=row["judge"])
+                         .annotate(cause=KT("details__cause")).values_list("cause", flat=True))
+        by_cause = [{"cause": cause or "judge_error", "count": n} for cause, n in causes.most_common()]
+        what = (f"{row['errors']} of {row['calls']} model calls failed" if row["calls"]
+                else f"{row['errors']} judge errors")
+        label = f"{row['judge']} produced no verdict: {what} (" + ", ".join(
+            f"{group['cause']} {group['count']}" for group in by_cause) + ")"
+        silent.append({"judge": row["judge"], "errors": row["errors"], "calls": row["calls"], "causes": by_cause,
+                       "label": label})
+    return silent
+
+
 def diagnosis_run_failing_traces(*, project: Project, run: DiagnosisRun) -> int:
     """Traces of the run with a failing verdict in it: the run page's figure, which the overview shows beside it."""
     return (Feedback.objects.filter(project=project, run=run, verdict=Feedback.Verdict.FAIL)
@@ -104,6 +133,7 @@ def diagnosis_run_summary(*, project: Project, run: DiagnosisRun) -> RunSummary:
         model_calls=feedback.exclude(model="").count(),
         model_call_errors=feedback.exclude(model="").filter(status=Feedback.Status.ERROR).count(),
         errors_by_cause=run_errors_by_cause(project=project, run=run) if run.error_count else [],
+        judges_without_verdict=run_judges_without_verdict(run=run) if run.error_count else [],
     )
 
 

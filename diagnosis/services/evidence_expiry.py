@@ -87,6 +87,19 @@ def _stripped(entry: dict, keep: bool) -> dict:
     return {**entry, "quote": "", "quote_removed": True}
 
 
+EXPIRED_DECISION = "What that step decided is not shown: its trace expired."
+
+
+def _fix_stripped(fix: dict, keep: bool) -> dict:
+    """The suggested fix without what it copied out of the expired trace's spans (tickets/fix.py `decision`: the
+    call's arguments, the tool's reply, what the step had in front of it)."""
+    decision = fix.get("decision") or ""
+    if keep or not decision:
+        return fix
+    return {**fix, "text": (fix.get("text") or "").replace(decision, EXPIRED_DECISION), "decision": "",
+            "quote_removed": True}
+
+
 def _insights_freeze(*, citations: dict[int, list[dict]], expiry: dict[str, dict], keep: bool) -> None:
     InsightEvent.objects.bulk_create([
         InsightEvent(insight_id=insight_id, kind=EVIDENCE_EXPIRED, data={
@@ -113,7 +126,7 @@ def _tickets_mark(*, project: Project, expiry: dict[str, dict], keep: bool) -> N
         for i in hit:
             evidence[i] = {**_stripped(evidence[i], keep), **expiry[evidence[i]["trace_id"]]}
         if fix_hit:
-            ticket.suggested_fix = {**fix, **expiry[fix["trace_id"]]}
+            ticket.suggested_fix = {**_fix_stripped(fix, keep), **expiry[fix["trace_id"]]}
         ticket.evidence = evidence
         ticket.body = body_render(ticket=ticket)
         ticket.save(update_fields=["evidence", "suggested_fix", "body", "updated_at"])

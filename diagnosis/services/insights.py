@@ -220,6 +220,8 @@ class _Clustered:
 
 def _cluster(run: DiagnosisRun, window: set[int] | None = None, upto: int | None = None) -> _Clustered:
     from diagnosis.clustering import Statement, cluster_per_node_and_system, fingerprint, name_clusters
+    from diagnosis.clustering.promote import other_errors_promote
+    from diagnosis.insights.persist import recovered_feedback
 
     drafts = statements_collect(run=run, trace_pks=window, feedback_upto=upto)
     embedder = embedder_get()
@@ -227,9 +229,15 @@ def _cluster(run: DiagnosisRun, window: set[int] | None = None, upto: int | None
     statements = [Statement(id=d.key, text=d.text, node=d.node, trace_id=str(d.trace_pk), span_id=d.span_id or None,
                             severity=d.severity, source=d.judge, tool=d.tool, pattern=d.pattern) for d in drafts]
     clusters, rows_of, other_rows, raw_fingerprints = [], {}, {}, {}
+    traces = {k: v for k, v in judged_traces(run).items() if window is None or int(k) in window}
     if drafts:
         clustering = cluster_per_node_and_system(
             statements, vectors, started={d.key: d.started for d in drafts if d.started is not None})
+        # A recurring tool error associated with failure (or unknown without successes) is never "other", an error
+        # recovered in every run it occurs in is, unless associated (clustering/promote.py, issue 41).
+        recovered = recovered_feedback(run=run)
+        other_errors_promote(clustering, statements, vectors, traces,
+                             recovered={d.key for d in drafts if d.feedback_id in recovered})
         index_of = {d.key: i for i, d in enumerate(drafts)}
         texts = {d.key: d.text for d in drafts}
         scopes = [*clustering.node_results.items(), ("", clustering.system_result)]
@@ -243,7 +251,7 @@ def _cluster(run: DiagnosisRun, window: set[int] | None = None, upto: int | None
                 raw_fingerprints[cluster.id] = fingerprint(names[cluster.id].terms, cluster.node, cluster.level)
     return _Clustered(drafts=drafts, keys=keys, vectors=vectors, embedded=embedded, model_id=embedder.model_id,
                       clusters=clusters, rows_of=rows_of, other_rows=other_rows, fingerprints=raw_fingerprints,
-                      traces={k: v for k, v in judged_traces(run).items() if window is None or int(k) in window})
+                      traces=traces)
 
 
 def _judged_by_release(traces: dict) -> dict[str, int]:
@@ -295,13 +303,15 @@ def _build(run: DiagnosisRun, *, rebuild: bool, refresh: RefreshRules | None = N
         # them without calling; a group that another build changed in between keeps its offline name until the next.
         groups, wanted = grouped()
         groups_name(groups=groups, drafts=drafts, vectors=vectors, medoids=medoids,
-                    llm=llm_namer_build(model=model, usage=usage, wanted=wanted))
+                    llm=llm_namer_build(model=model, usage=usage, wanted=wanted,
+                                            project_id=run.project_id))
     with transaction.atomic():
         Project.objects.select_for_update().filter(pk=run.project_id).first()  # one writer of insights per project
         if rebuild:
             _forget_run(run)
         groups, wanted = grouped()
-        namer = llm_namer_build(model=model, usage=NamingUsage(), wanted=wanted, cache_only=True)
+        namer = llm_namer_build(model=model, usage=NamingUsage(), wanted=wanted, cache_only=True,
+                                project_id=run.project_id)
         names = groups_name(groups=groups, drafts=drafts, vectors=vectors, llm=namer, medoids=medoids)
         groups, names = groups_title_pool(project_id=run.project_id, groups=groups, names=names)
         fingerprints = groups_fingerprints(groups=groups, names=names, drafts=drafts)
@@ -321,7 +331,8 @@ def _build(run: DiagnosisRun, *, rebuild: bool, refresh: RefreshRules | None = N
             "evidence": written.evidence, "links": written.links, "dropped": dropped,
             "absorbed": absorbed,
             "naming": {"model": model, "calls": usage.calls,
-                       "cached": usage.cached, "failed": usage.failed, "input_tokens": usage.input_tokens,
+                       "cached": usage.cached, "failed": usage.failed, "replaced": usage.replaced,
+                       "input_tokens": usage.input_tokens,
                        "output_tokens": usage.output_tokens, "errors": usage.errors},
             "seconds": round(time.monotonic() - started, 2),
         }

@@ -205,20 +205,29 @@ def run_finish_if_complete(*, run_id) -> bool:
 
 
 def _final_status(*, run_id) -> tuple[str, str]:
-    """Succeeded when any judge produced a verdict (errors beside them are shown as "finished with errors");
-    failed when there were errors and not one verdict: every model call failed, and no rule judge ran."""
+    """Succeeded when every judge that ran produced a verdict (errors beside them are shown as "finished with
+    errors"). Failed when there were errors and not one verdict (every model call failed, and no rule judge ran),
+    or when a requested judge produced errors and no verdict (issue 43: a run whose LLM judges all failed must fail
+    CI, even when the rule judges gave verdicts); the failure message names that judge, and the other judges'
+    feedback is kept."""
     run = DiagnosisRun.objects.get(pk=run_id)
-    if not run.error_count or Feedback.objects.filter(run_id=run_id, status=Feedback.Status.OK).exists():
+    if not run.error_count:
         return Status.SUCCEEDED, ""
-    from diagnosis.selectors.runs import run_errors_by_cause
+    from diagnosis.selectors.runs import run_errors_by_cause, run_judges_without_verdict
 
+    silent = run_judges_without_verdict(run=run)
+    retry = "re-judge these traces (diagnose --retry-errors, or Re-judge errored traces on the run page)."
+    if Feedback.objects.filter(run_id=run_id, status=Feedback.Status.OK).exists():
+        if not silent:
+            return Status.SUCCEEDED, ""
+        return Status.FAILED, ("; ".join(judge["label"] for judge in silent)
+                               + f". The other judges' verdicts are kept. Fix the cause, then {retry}")
     groups = run_errors_by_cause(project=run.project, run=run)
     model_feedback = Feedback.objects.filter(run_id=run_id).exclude(model="")
     calls, errored = model_feedback.count(), model_feedback.filter(status=Feedback.Status.ERROR).count()
     by_cause = ", ".join(f"{group['cause']} {group['count']}" for group in groups)
     what = f"{errored} of {calls} model calls failed" if calls else f"{run.error_count} judge errors"
-    return Status.FAILED, (f"No judge produced a verdict: {what} ({by_cause}). Fix the cause, then re-judge these "
-                           "traces (diagnose --retry-errors, or Re-judge errored traces on the run page).")
+    return Status.FAILED, f"No judge produced a verdict: {what} ({by_cause}). Fix the cause, then {retry}"
 
 
 def _insights_request(run_id) -> None:

@@ -167,6 +167,34 @@ def _nodes_line(ticket) -> str:
     return "; ".join(parts) or (md_escape(ticket.node) or "—")
 
 
+def _attribution_lines(ticket) -> list[str]:
+    """"Where it went wrong" from the insight's attributions (diagnosis/attribution): the agent most confident
+    answers blame, or, when there is none, "no confident answer" and the candidates with their evidence, never a
+    single blamed agent. Nothing when no failing trace of the insight is attributed."""
+    if not ticket.insight_id:
+        return []
+    from diagnosis.attribution.selectors import attribution_summary_map
+
+    summary = attribution_summary_map(project=ticket.project, insight_ids=[ticket.insight_id], top=0).get(
+        ticket.insight_id)
+    if not summary or not summary["attributed"]:
+        return []
+    lines = ["", "## Where it went wrong", ""]
+    if summary["confident"]:
+        count = summary["agents"][0]["count"]
+        lines.append(f"**Blamed:** {md_escape(summary['blamed'])} ({count} of {summary['confident_count']} confident "
+                     f"answers; {summary['unconfident_count']} of {summary['attributed']} attributed failing traces "
+                     "without a confident answer)")
+        return lines
+    lines += [f"**No confident answer** in {summary['unconfident_count']} of {summary['attributed']} attributed "
+              "failing traces; the candidates:", ""]
+    for candidate in summary["candidates"][:3]:
+        evidence = "; ".join(md_escape(e) for e in candidate["evidence"])
+        lines.append(f"- {md_escape(candidate['agent'])}: top candidate in {candidate['first']}, mean share "
+                     f"{candidate['mean_share']:.2f}" + (f" ({evidence})" if evidence else ""))
+    return lines
+
+
 def body_render(*, ticket) -> str:
     """The ticket's Markdown body from its copied fields (see Ticket)."""
     slug = ticket.project.slug
@@ -235,6 +263,7 @@ def body_render(*, ticket) -> str:
                      f"{md_escape(t['release']) or '—'} | {md_escape(t['outcome']) or '—'} |")
     if ticket.trace_total > len(ticket.traces):
         lines += ["", f"…and {ticket.trace_total - len(ticket.traces)} more traces."]
+    lines += _attribution_lines(ticket)
     fix = ticket.suggested_fix or {}
     lines += ["", "## Suggested fix", "", md_escape(fix.get("text") or ticket.recommendation) or "—", ""]
     if fix.get("span_id") and fix.get("expired_at"):

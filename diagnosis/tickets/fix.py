@@ -3,8 +3,10 @@
 With a model (insight.naming_source == "llm") the namer's recommendation is the fix: it read the statements. Without
 one, restating the statements ("fix the behaviour that makes judges report …") tells a developer nothing new, so the
 fix names the check whose finding the insight's title names (else one with a known demand, else the one cited most
-often among the insight's evidence), what that check demands (a rubric's configuration, a rule's known remedy) and a
-span at the insight's node it fired on, which the body links to.
+often among the insight's evidence), what that check demands (a rubric's configuration, a rule's known remedy), a
+span at the insight's node it fired on, which the body links to (the step the judge blamed first: for a tool call,
+the step that decided it), and what that decision was, from the spans (judges/decision.py `decision_facts`: what
+the step did and what it had in front of it).
 
 Returns plain text plus the span: {"text", "source": "llm" | "rubric" | "rule" | "judge" | "", "trace_id",
 "span_id"}. Names and statements in it are untrusted; body.py escapes them.
@@ -15,6 +17,7 @@ from __future__ import annotations
 from collections import Counter
 
 from diagnosis.clustering.naming import title_generalize
+from diagnosis.judges.decision import decision_facts
 from diagnosis.models import Feedback, Insight, Rubric
 from traces.models import Span
 
@@ -90,13 +93,13 @@ def _judge_pick(insight: Insight, rows: list, feedback: dict) -> str:
 
 
 def _span_pick(insight: Insight, rows: list, feedback: dict) -> tuple[object, Span | None, str]:
-    """(evidence row, span, span id) to point at: a span at the insight's node, the cited one or the step the judge
-    judged (a coverage rubric cites the tool that returned a value and judges the step that dropped it), else the
+    """(evidence row, span, span id) to point at: a span at the insight's node, the step the judge judged or the
+    cited one (a coverage rubric cites the tool that returned a value and judges the step that dropped it), else the
     first citation; in a failing trace when one is cited (a span in a run that succeeded shows the pattern, not
     what made a run fail)."""
-    def pairs_of(some: list) -> list:
-        return [(e, e.span_id) for e in some] + [(e, feedback[e.feedback_id].target_span_id) for e in some
-                                                 if feedback[e.feedback_id].target_span_id]
+    def pairs_of(some: list) -> list:  # the judged step (a tool call's decider) first, then what it cites
+        return [(e, feedback[e.feedback_id].target_span_id) for e in some
+                if feedback[e.feedback_id].target_span_id] + [(e, e.span_id) for e in some]
 
     rows = sorted(rows, key=lambda e: e.trace.outcome != "failure")  # stable: the evidence order otherwise
     failing = [e for e in rows if e.trace.outcome == "failure"]
@@ -127,18 +130,29 @@ def suggested_fix(*, insight: Insight, evidence: list) -> dict:
     row = feedback[first.feedback_id]
     trace_id = first.trace.trace_id
     where = _where(span, span_id, trace_id)
-    step = f"node {span.node}" if span and span.node else "that step"
     share = f"{len(rows)} of the {len(evidence)} citations"
+    decision = _decision(first, rows, span_id)
     if row.rubric is not None:
         text = (f"The rubric \u201c{row.rubric.name}\u201d fails ({share}), first on {where}: "
-                f"{rubric_demand(row.rubric)}. Change what {step} does so that the rubric holds.")
+                f"{rubric_demand(row.rubric)}. {decision}")
         source = "rubric"
     elif judge in RULE_REMEDIES:
         text = (f"The rule {judge} fires ({share}), first on {where}: \u201c{first.statement_text}\u201d. "
-                f"{RULE_REMEDIES[judge]}")
+                f"{decision} {RULE_REMEDIES[judge]}")
         source = "rule"
     else:
         text = (f"The judge {judge} fails the step ({share}), first on {where}: \u201c{first.statement_text}\u201d. "
-                f"Change what {step} does there so that the judge's finding no longer holds.")
+                f"{decision}")
         source = "judge"
-    return {"text": text, "source": source, "trace_id": trace_id, "span_id": span_id}
+    # `decision` is the part copied out of the trace's spans: it goes when the trace expires (evidence_expiry.py)
+    return {"text": " ".join(text.split()), "source": source, "trace_id": trace_id, "span_id": span_id,
+            "decision": " ".join(decision.split())}
+
+
+def _decision(first, rows: list, span_id: str) -> str:
+    """What the step `span_id` of the first citation's trace decided and what to change there (decision.py)."""
+    from diagnosis.services.trace_view import trace_view_build
+
+    cited = [(e.span_id, e.quote or "") for e in rows if e.trace_id == first.trace_id]
+    facts = decision_facts(trace=trace_view_build(trace=first.trace), span_id=span_id, evidence=cited)
+    return facts.advice if facts is not None else "Look at the decision that step makes there."

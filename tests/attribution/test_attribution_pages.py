@@ -1,10 +1,13 @@
-"""Issue 29, item 3: failure attribution on the insight page ("Where it went wrong") and the ticket list.
+"""Issue 29, item 3 and issue 42, item 2: failure attribution on the insight page ("Where it went wrong"), the
+ticket list, the ticket body and the API.
 
-- The insight page counts, per blamed node, the insight's failing member traces attributed to it (one attribution a
-  trace: "learned" over "heuristic" over the LLM methods; status ok only), with the mean confidence, says when the
-  attribution had low confidence and which baseline it fell back to, and links the most confident ones to the trace
-  page at the decisive span. Without attributions it says how to compute them.
-- Each ticket row shows its insight's most blamed node and the confidence, computed for the whole page at once.
+- The insight page blames one node only when most of the confident answers name it (one attribution a trace:
+  "learned" over "heuristic" over the LLM methods), counting per node the confident answers with their mean
+  confidence, and links the answers to the trace page at the decisive span. An unconfident answer names no node: it
+  shows "no confident answer" and its candidates with the evidence for each. Without attributions it says how to
+  compute them.
+- Each ticket row shows its insight's blamed node, or "no confident answer" and the candidates, computed for the
+  whole page at once.
 - Another project's attributions never show; the summary costs a fixed number of queries.
 """
 
@@ -26,7 +29,6 @@ from tests.frontend.conftest import client_for
 pytestmark = pytest.mark.django_db
 
 SPAN = f"{11:016x}"  # make_trace's second span
-FALLBACK = "the most active agent"
 
 
 def _text(html: str) -> str:
@@ -78,7 +80,10 @@ def attributed(project, outsider_project):
     _attribute(f1, "orders_worker", 0.9)
     _attribute(f2, "orders_worker", 0.5)
     _attribute(f2, "orders_worker", 0.7, method="learned", low_confidence=False)  # preferred over the heuristic
-    _attribute(f3, "planner", 0.2, method="learned", low_confidence=True, fallback=FALLBACK)
+    _attribute(f3, "", 0.2, method="learned", status=Attribution.Status.INCONCLUSIVE, confident=False,
+               candidates=[{"agent": "planner", "step": 0, "span_id": SPAN, "share": 0.2,
+                            "evidence": ["it handed its output to another agent"]},
+                           {"agent": "orders_worker", "step": 3, "span_id": SPAN, "share": 0.15, "evidence": []}])
     _attribute(f3, "orders_worker", 0.6)
     _attribute(f3, "writer", 0.95, method="all_at_once")
     _attribute(f4, "", None, status=Attribution.Status.ERROR)
@@ -97,17 +102,14 @@ def test_the_summary_prefers_learned_counts_failing_members_only_and_stays_in_th
     with django_assert_max_num_queries(2):
         summary = attribution_summary_for_insight(project=project, insight=attributed)
     assert (summary["failing"], summary["attributed"], summary["unattributed"]) == (5, 3, 2)
-    assert summary["agents"] == [
-        {"agent": "orders_worker", "count": 2, "mean_confidence": pytest.approx(0.8), "low_confidence": 0,
-         "fallback": ""},
-        {"agent": "planner", "count": 1, "mean_confidence": pytest.approx(0.2), "low_confidence": 1,
-         "fallback": FALLBACK},
-    ]
-    top = [(r["trace_id"], r["method"], r["agent"], r["confidence"], r["low_confidence"], r["fallback"])
-           for r in summary["top"]]
-    assert top == [(f"{1:032x}", "heuristic", "orders_worker", 0.9, False, ""),
-                   (f"{2:032x}", "learned", "orders_worker", 0.7, False, ""),
-                   (f"{3:032x}", "learned", "planner", 0.2, True, FALLBACK)]
+    assert summary["agents"] == [{"agent": "orders_worker", "count": 2, "mean_confidence": pytest.approx(0.8)}]
+    assert (summary["confident"], summary["blamed"], summary["confident_count"], summary["unconfident_count"]) == \
+        (True, "orders_worker", 2, 1)
+    top = [(r["trace_id"], r["method"], r["agent"], r["confidence"], r["confident"]) for r in summary["top"]]
+    assert top == [(f"{1:032x}", "heuristic", "orders_worker", 0.9, True),
+                   (f"{2:032x}", "learned", "orders_worker", 0.7, True),
+                   (f"{3:032x}", "learned", "", 0.2, False)]
+    assert [c["agent"] for c in summary["top"][2]["candidates"]] == ["planner", "orders_worker"]
     assert summary["top"][0]["span_id"] == SPAN and summary["top"][0]["step_index"] == 3
 
 
@@ -146,15 +148,18 @@ def test_the_insight_page_says_where_it_went_wrong(project, owner, attributed):
     section = _section(html, "insight-attribution")
     text = _text(section)
     assert "Where it went wrong" in text
-    assert "orders_worker: 2 of 3 attributed failing traces, confidence 0.80" in text
-    assert "planner: 1 of 3 attributed failing traces, confidence 0.20 low confidence, fell back to " \
-           "the most active agent" in text
+    assert "Blamed: orders_worker (most of the 2 confident answers; 1 trace without a confident answer)" in text
+    assert "orders_worker: 2 of 2 confident answers, confidence 0.80" in text
+    assert 'data-testid="attribution-row-unconfident"' in section and "planner" in text  # a candidate, not blamed
+    assert 'data-agent="planner"' not in section
     assert "2 of its 5 failing traces are not attributed yet" in text
     # a button, not a command to type (issue 40)
     assert f'action="/p/{project.slug}/insights/{attributed.pk}/attribute/"' in section and "Attribute them" in text
     assert "intruder" not in html and "writer" not in section
     links = re.findall(r'href="([^"]+)" data-testid="attribution-link"', section)
-    assert links == [f"/p/{project.slug}/traces/{i:032x}/?span={SPAN}#row-{SPAN}" for i in (1, 2, 3)]
+    # the unconfident answer names no span: its row links the trace
+    assert links == [f"/p/{project.slug}/traces/{i:032x}/?span={SPAN}#row-{SPAN}" for i in (1, 2)] \
+        + [f"/p/{project.slug}/traces/{3:032x}/"]
     assert client.get(unescape(links[0])).status_code == 200
 
 
@@ -199,15 +204,17 @@ def test_the_ticket_list_shows_each_tickets_most_blamed_node(project, owner, out
     low = _insight(project, title="Guessed", node="planner")
     low_trace = _trace(project, 20)
     _members(project, low, [low_trace])
-    _attribute(low_trace, "planner", 0.3, method="learned", low_confidence=True, fallback=FALLBACK)
+    _attribute(low_trace, "", 0.3, method="learned", status=Attribution.Status.INCONCLUSIVE, confident=False,
+               candidates=[{"agent": "planner", "share": 0.3, "evidence": []},
+                           {"agent": "writer", "share": 0.25, "evidence": []}])
     bare = _insight(project, title="Not attributed")
     tickets = [_ticket(project, attributed, "fp-1"), _ticket(project, low, "fp-2"), _ticket(project, bare, "fp-3")]
     _ticket(outsider_project, Insight.objects.get(project=outsider_project), "fp-theirs")
     client = client_for(owner)
     html = client.get(f"/p/{project.slug}/tickets/").content.decode()
     rows = _rows(html)
-    assert rows == {str(tickets[0].pk): "orders_worker 2 of 3 attributed, confidence 0.80",
-                    str(tickets[1].pk): "planner 1 of 1 attributed, confidence 0.30 low confidence",
+    assert rows == {str(tickets[0].pk): "orders_worker 2 of 2 confident",
+                    str(tickets[1].pk): "no confident answer candidates planner, writer",
                     str(tickets[2].pk): "—"}
     assert "intruder" not in html
     assert f'href="/p/{project.slug}/insights/{attributed.pk}/#attribution"' in html

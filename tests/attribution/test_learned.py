@@ -1,5 +1,6 @@
-"""The learned attribution method (issue 29): label-free baselines, nested cross-validation by task, confidence with
-a named fallback, and the shipped model as `manage.py attribute` / `attribution_score` run it."""
+"""The learned attribution method (issue 29, issue 42): label-free baselines, nested cross-validation by task,
+confidence with a threshold under which there is no confident answer but candidates with their evidence, and the
+shipped model as `manage.py attribute` / `attribution_score` run it."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from django.core.management import call_command
 from diagnosis.attribution.baselines import AGENT_BASELINES, STEP_BASELINES, baseline_answers
 from diagnosis.attribution.crossval import baselines_score, folds, model_score, nested_cross_validation
 from diagnosis.attribution.heuristic import FeedbackSignal
-from diagnosis.attribution.learned import FEATURES, Example, Model, example_build, model_fit, shipped_model
+from diagnosis.attribution.learned import (FEATURES, Example, Model, example_build, model_fit, shipped_model,
+                                           weights_model)
 from diagnosis.attribution.steps import Step
 
 
@@ -70,26 +72,30 @@ def test_nested_cross_validation_reports_outer_folds_fit_and_baselines_and_learn
     assert set(data["baselines"]) == set(AGENT_BASELINES + STEP_BASELINES)
     best_step_baseline = max(data["baselines"][name]["step_exact"] for name in STEP_BASELINES)
     assert data["outer"]["step_exact"] > best_step_baseline  # the failing verdict, not a position, names the step
-    assert data["fit"]["count"] == 30 and set(data["chosen"]) == {"c", "agent_mode", "threshold"}
-    assert model.settings == data["chosen"] and len(model.coef) == len(FEATURES)
+    assert data["fit"]["count"] == 30
+    assert set(data["chosen"]) == {"features", "c", "agent_mode", "threshold_agent", "threshold_step"}
+    assert model.settings == data["chosen"] and len(model.coef) == len(model.features)
 
 
-def test_a_prediction_under_the_threshold_says_low_confidence_and_the_baseline_it_fell_back_to():
+def test_under_the_threshold_there_is_no_confident_answer_but_candidates_with_their_evidence():
     examples = _synthetic(12)
-    model = model_fit(examples, c=0.3, agent_mode="step", threshold=1.01)  # nothing is ever sure enough
+    model = model_fit(examples, c=0.3, agent_mode="step", threshold_agent=1.01)  # nothing is ever sure enough
     prediction = model.predict(examples[0])
-    assert prediction.low_confidence and prediction.fallback
-    assert prediction.step.index == examples[0].baselines[model.fallback_step]
-    assert "fell back to" in prediction.reason and 0 <= prediction.confidence <= 1
+    assert prediction.low_confidence and not prediction.confident and 0 <= prediction.confidence <= 1
+    assert prediction.reason.startswith("no confident answer")
+    # the top candidate still answers (the all-run figure), and every candidate carries its evidence
+    assert prediction.agent == prediction.candidates[0]["agent"] and len(prediction.candidates) == 3
+    assert "llm.step failed it" in prediction.candidates[0]["evidence"]
     assert model_score(model, examples).low_confidence == 12
-    sure = model_fit(examples, c=0.3, agent_mode="step", threshold=0.0).predict(examples[0])
-    assert not sure.low_confidence and sure.fallback == ""
+    sure = model_fit(examples, c=0.3, agent_mode="step").predict(examples[0])
+    assert sure.confident and sure.evidence and sure.step.label in sure.reason
 
 
 def test_the_shipped_model_loads_and_refuses_a_model_fit_on_other_features():
     model = shipped_model()
-    assert len(model.coef) == len(FEATURES) and model.trained_on.startswith("whowhen-algorithm-generated")
-    stale = {**model.as_dict(), "features": list(FEATURES)[:-1]}
+    assert len(model.coef) == len(model.features) and set(model.features) <= set(FEATURES)
+    assert all(name in model.trained_on for name in ("whowhen", "tau-airline", "example-agent"))
+    stale = {**model.as_dict(), "features": ["no_such_feature"] + list(model.features)[1:]}
     with pytest.raises(ValueError, match="refit"):
         Model.from_dict(stale)
     assert baselines_score([])["last_agent"]["count"] == 0
@@ -135,18 +141,27 @@ def test_on_whowhen_nested_cross_validation_beats_the_label_free_baselines(proje
                  stdout=out)
     text = out.getvalue()
     assert text.startswith("method learned: agent accuracy") and "baseline the most active agent: agent" in text
-    assert "baseline the step of the first failing verdict: step accuracy" in text
+    assert "baseline the step of the first failing verdict: step accuracy" in text and "confident answers: " in text
+    out = StringIO()
+    call_command("attribution_score", "--project", project.name, "--labels", str(folder / "labels.jsonl"), "--json",
+                 stdout=out)
+    scored = json.loads(out.getvalue())
+    confident = scored["confident"]  # issue 42: the confident answers alone, beside the baselines on those runs
+    assert scored["count"] == 126 and 0 < confident["count"] <= 126
+    assert set(confident) == {"count", "agent_accuracy", "step_exact", "step_within_3", "baselines"}
+    assert set(confident["baselines"]) == set(AGENT_BASELINES + STEP_BASELINES)
+    assert confident["baselines"]["last_agent"]["count"] == confident["count"]
     out = StringIO()
     call_command("attribute", "--project", project.name, "--trace-ids", next(iter(labels)), stdout=out,
                  stderr=StringIO())
     assert "confidence" in out.getvalue()
 
 
-def test_evidence_the_model_was_fit_without_is_weighed_by_the_heuristic_and_the_reason_says_so():
-    examples = _synthetic(12)  # no root cause anywhere: the model has no weight for it
-    model = model_fit(examples, c=0.3, agent_mode="step", threshold=0.0)
+def test_a_fixed_weight_scorer_weighs_a_judges_root_cause_through_the_heuristic():
+    model = weights_model(weights={"heuristic_score": 1.0}, agent_mode="step")
     steps = _steps(["planner", "coder", "terminal", "coder", "checker"])
     judged = example_build(trace_id="x", group="x", steps=steps, goal="", signals=[
         FeedbackSignal(judge="llm.trace", span_id=None, verdict="fail", root_cause_span_id="s3")])
     prediction = model.predict(judged)
-    assert prediction.step.span_id == "s3" and "not fit on (root cause)" in prediction.reason
+    assert prediction.step.span_id == "s3" and prediction.agent == "coder"
+    assert "llm.trace named it the root cause" in prediction.evidence

@@ -188,7 +188,9 @@ def _turn(span_id: str, at: float, last_role: str):
                      input=[{"role": "system", "content": "Policy."}, {"role": last_role, "content": "..."}])
 
 
-def test_a_write_right_after_a_tool_result_with_no_user_message_is_unconfirmed():
+def test_a_write_right_after_a_tool_result_is_left_to_the_unconfirmed_write_rule():
+    # rule.unconfirmed_write finds it in one run alone (tests/diagnosis/judges/test_rules_writes.py); as a contrastive
+    # feature too it was a second insight over the same traces.
     from diagnosis.judges.contrastive_features import run_features
 
     tool = lambda span_id, at, name: span(span_id, kind="TOOL", node="agent", at=at, tool_name=name,  # noqa: E731
@@ -197,13 +199,8 @@ def test_a_write_right_after_a_tool_result_with_no_user_message_is_unconfirmed()
                                tool("t2", 4, "cancel")), trace_id="u", outcome="failure")
     confirmed = replace(view(_turn("l1", 1, "user"), tool("t1", 2, "get_details"), _turn("l2", 3, "user"),
                              tool("t2", 4, "cancel")), trace_id="c", outcome="success")
-    lookup = replace(view(_turn("l1", 1, "tool"), tool("t1", 2, "get_details")), trace_id="r", outcome="success")
-    features = run_features([unconfirmed, confirmed, lookup])
-    hit = features["u"]["unconfirmed|agent"]
-    assert hit.notes == ["`cancel` is called"] and [e.span_id for e in hit.evidence] == ["t2"]
-    assert features["u"]["unconfirmed|agent|cancel"].phrase.startswith("`cancel` (a write) is called with no user")
-    assert not any(key.startswith("unconfirmed") for key in features["c"])
-    assert not any(key.startswith("unconfirmed") for key in features["r"])
+    features = run_features([unconfirmed, confirmed])
+    assert not any(key.startswith("unconfirmed") for hits in features.values() for key in hits)
 
 
 def test_a_succeeding_trace_with_a_findings_feature_gets_a_passing_result_that_carries_it():

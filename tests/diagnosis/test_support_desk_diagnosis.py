@@ -76,23 +76,30 @@ def test_each_planted_bug_yields_failing_feedback_with_evidence(project, rubrics
             assert normalise(evidence["quote"]) not in normalise(value_text(target.output))
             assert normalise(evidence["quote"]) in normalise(value_text(target.input))  # it arrived, then was lost
 
-    # retry_loop: five identical invoice_lookup calls under billing_worker.
+    # retry_loop: five identical invoice_lookup calls, blamed on billing_worker's model turn that issued them
+    # (judges/decision.py), which is cited with the calls' arguments and the reply they repeated after.
     assert _failing_tasks(run, "rule.repeated_tool_call") == TOUCHED_BY["retry_loop"]
     for feedback in Feedback.objects.filter(run=run, judge="rule.repeated_tool_call", verdict="fail"):
         target = Span.objects.get(trace=feedback.trace, span_id=feedback.target_span_id)
-        assert target.node == "billing_worker" and target.kind == "AGENT"
+        assert target.node == "billing_worker" and target.kind == "LLM"
         (issue,) = feedback.issues
-        calls = Span.objects.filter(trace=feedback.trace, span_id__in=[e["span_id"] for e in issue["evidence"]])
-        assert calls.count() == len(issue["evidence"]) == 5
+        step, *arguments, reply = issue["evidence"]
+        assert step == {"span_id": target.span_id, "quote": "invoice_lookup"}
+        calls = Span.objects.filter(trace=feedback.trace, span_id__in=[e["span_id"] for e in arguments])
+        assert calls.count() == len(arguments) == 5
         assert {c.tool_name for c in calls} == {"invoice_lookup"} and len({str(c.input) for c in calls}) == 1
-        assert {e["quote"] for e in issue["evidence"]} == {'{"invoice_id": "%s"}' % calls[0].input["invoice_id"]}
+        assert {e["quote"] for e in arguments} == {'{"invoice_id": "%s"}' % calls[0].input["invoice_id"]}
+        assert reply["span_id"] == arguments[0]["span_id"] and "rate_limited" in reply["quote"]
 
     # misroute: refund tickets answered from order_lookup, and refund_lookup never called.
     assert _failing_tasks(run, never) == TOUCHED_BY["misroute"]
     assert _failing_tasks(run, order) == TOUCHED_BY["misroute"]
-    for feedback in Feedback.objects.filter(run=run, judge=never, verdict="fail"):
+    for feedback in Feedback.objects.filter(run=run, judge=never, verdict="fail"):  # blamed on the calling turn
         target = Span.objects.get(trace=feedback.trace, span_id=feedback.target_span_id)
-        assert (target.tool_name, target.node) == ("order_lookup", "orders_worker")
+        assert (target.kind, target.node) == ("LLM", "orders_worker")
+        cited = Span.objects.filter(trace=feedback.trace, span_id__in=[e["span_id"] for e in
+                                                                        feedback.issues[0]["evidence"]])
+        assert {c.tool_name for c in cited if c.kind == "TOOL"} == {"order_lookup"}
     # The decoy refund without an order number is routed correctly and passes both.
     decoy = Trace.objects.get(project=project, release="r1", task_id="refund-duplicate-charge")
     assert set(Feedback.objects.filter(run=run, trace=decoy, judge__in=[never, order]).values_list(

@@ -21,10 +21,12 @@ import time
 from dataclasses import dataclass
 
 from clear.llm import Check, LlmReply, LlmUsage, cost_usd, llm_complete, llm_json_complete, tokens_estimate
-from clear.llm_errors import INVALID_OUTPUT, llm_error_cause
+from clear.llm_errors import llm_error_cause
 
 from .config import LlmJudgeConfig
+from .grounding import GROUNDING_MARK
 from .prompts import PROMPT_VERSIONS
+from .reply_checks import invalid_output_cause
 from .schema import validate
 
 BUDGET_EXHAUSTED = "budget exhausted"
@@ -151,8 +153,16 @@ def call_json(*, judge: str, messages: list[dict], schema: dict, config: LlmJudg
         return outcome
     finally:
         outcome.latency_ms = round((time.perf_counter() - started) * 1000, 1)
+    fatal = [problem for problem in reply.problems if GROUNDING_MARK not in problem]
+    if reply.problems and not fatal:
+        # Only texts that are not grounded: the verdict stands, the caller drops or replaces those texts
+        # (verdict_grounding.py) and says so in the result.
+        # Not cached: a cache hit is checked again, and would be asked again anyway.
+        outcome.notes.append("texts not grounded in the trace after the repair: replaced (details['ungrounded'])")
+        return outcome
     if reply.problems:
-        outcome.status, outcome.cause = "error", INVALID_OUTPUT
+        # An echo or a contradiction has its own cause, so a run can say its model copies the prompt.
+        outcome.status, outcome.cause = "error", invalid_output_cause(reply.problems)
         outcome.error = "invalid judge output after one repair: " + "; ".join(reply.problems)[:1000]
         return outcome
     outcome.repaired = reply.repaired

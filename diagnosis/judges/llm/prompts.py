@@ -19,10 +19,10 @@ WINDOW_JUDGE = "llm.trace_window"
 RUBRIC_GEN_JUDGE = "llm.rubric_gen"
 
 PROMPT_VERSIONS = {
-    STEP_JUDGE: "step-v1",
-    TRACE_JUDGE: "trace-v1",
-    WINDOW_JUDGE: "trace-window-v1",
-    RUBRIC_GEN_JUDGE: "rubric-gen-v1",
+    STEP_JUDGE: "step-v2",
+    TRACE_JUDGE: "trace-v2",
+    WINDOW_JUDGE: "trace-window-v2",
+    RUBRIC_GEN_JUDGE: "rubric-gen-v2",
 }
 
 DATA_OPEN = "<trace_data>"
@@ -39,17 +39,75 @@ _DATA_RULES = (
     "your window. Do not penalise a step for content hidden by a marker."
 )
 
-_ISSUE_FORMAT = (
-    '{"title": "short label of one problem", "detail": "what went wrong and why it matters", '
-    '"severity": "low" | "medium" | "high" | "critical", '
-    '"evidence": [{"span_id": "<span_id of a span in the data>", '
-    '"quote": "<verbatim excerpt of that span\'s text, at most 200 characters>"}]}'
+# Every reply's shape is described in prose and shown by an example from another agent (a library's loan desk),
+# never by a template whose values are descriptions: small models copy such values back as their findings
+# ("short label of one problem"; issue 43). The example's texts are part of the echo check's reference (echo.py):
+# a reply that copies them, or the instructions, is asked again and then recorded as invalid_output:echo.
+_ISSUE_RULES = (
+    "An issue has a title (one problem in under 80 characters: what went wrong and where, naming the tool or agent "
+    "from the data), a detail (what went wrong in this data and why it matters), a severity (low, medium, high or "
+    "critical) and evidence: a list of {span_id, quote} where the span_id is a span of the data and the quote is "
+    "copied verbatim from that span's text, at most 200 characters."
 )
 
 _SCALE = (
     "Scores are numbers from 0 to 1: 1 = fully correct, 0.75 = minor problems, 0.5 = partly wrong, "
-    "0.25 = mostly wrong, 0 = wrong or failed. Use the verdict \"uncertain\" when the data is not enough to decide."
+    "0.25 = mostly wrong, 0 = wrong or failed. The verdict agrees with the score: \"fail\" has a score of 0.5 or "
+    "less, \"pass\" a score of 0.5 or more; a reply where they disagree is rejected. Use the verdict \"uncertain\" "
+    "when the data is not enough to decide."
 )
+
+_EXAMPLE_NOTE = ("The example comes from another agent: write about this data in your own words, never copy the "
+                 "example's or these instructions' wording.")
+
+EXAMPLE_ISSUE = {
+    "title": "`renew_loan` called with the member id in `book_id`",
+    "detail": "The member asked to renew The Hobbit, but the call passed M-1182 as the book, so the library refused "
+              "the renewal and the member was told it had been done.",
+    "severity": "high",
+    "evidence": [{"span_id": "lib-7", "quote": "\"book_id\": \"M-1182\""}],
+}
+STEP_EXAMPLE = {"steps": [{
+    "span_id": "lib-7",
+    "critique": "The step had to renew the loan of The Hobbit for member M-1182. It called renew_loan with the member "
+                "id as the book id, so the renewal was refused.",
+    "score": 0.25, "verdict": "fail", "issues": [EXAMPLE_ISSUE]}]}
+TRACE_EXAMPLE = {
+    "feedback": "The agent looked the member up and found the loan of The Hobbit. It then called renew_loan with the "
+                "member id as the book id; the library answered that no such book exists. The agent ignored the error "
+                "and told the member the loan was renewed, so the task failed and the member was misinformed.",
+    "dimensions": {
+        "task_completion": {"score": 0.0, "justification": "The loan was not renewed."},
+        "correctness": {"score": 0.25, "justification": "The final answer contradicts the tool's error."},
+        "tool_use": {"score": 0.25, "justification": "renew_loan got the member id in book_id."},
+        "efficiency": {"score": 1.0, "justification": "No step was repeated."},
+        "coordination": {"score": 0.75, "justification": "The desk passed the member id on, but not the book id."},
+    },
+    "score": 0.25, "verdict": "fail", "outcome_assessment": "failure",
+    "root_cause": {"node": "loan_desk", "span_id": "lib-7",
+                   "reason": "renew_loan was called with M-1182 as the book id, so the renewal was refused."},
+    "issues": [EXAMPLE_ISSUE],
+    "rubrics": [{"id": "rb-2", "verdict": "fail", "justification": "The member was told the loan was renewed after "
+                 "the library refused it.", "evidence": [{"span_id": "lib-9", "quote": "renewed until"}]}],
+}
+WINDOW_EXAMPLE = {
+    "summary": "lib-2 to lib-7: the desk found member M-1182 and the loan of The Hobbit (lib-4), then called "
+               "renew_loan "
+               "with the member id as the book id (lib-7), which failed with \"no such book\".",
+    "issues": [EXAMPLE_ISSUE],
+}
+RUBRIC_GEN_EXAMPLE = {"rubrics": [
+    {"name": "Renews the loan asked for",
+     "text": "renew_loan is called with the book id of the loan the member named."},
+    {"name": "Reports refusals",
+     "text": "When the library refuses a renewal, the answer says so and gives the reason."},
+    {"name": "Keeps the due date right", "text": "The due date told to the member is the one renew_loan returned."},
+]}
+
+
+def _example(value: dict) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
 
 STEP_SYSTEM = f"""You are the step judge of Clear, a tool that diagnoses why LLM agents fail. You evaluate individual \
 steps (LLM calls, tool calls and agent invocations) of one agent trace.
@@ -71,12 +129,12 @@ payload), is the result usable?
 children?
 A failure caused by the environment (rate limit, outage) is still a failure of the step; say so in the critique.
 
-Return exactly one verdict for every step in "steps", as one JSON object:
-{{"steps": [{{"span_id": "<the step's span_id>", "critique": "2-4 sentences", "score": <0..1>, \
-"verdict": "pass" | "fail" | "uncertain", "issues": [ISSUE, ...]}}]}}
-where ISSUE is {_ISSUE_FORMAT}.
-{_SCALE} A passing step has no issues or only low-severity ones. Quotes must be copied verbatim from the data. \
-Reply with the JSON object only."""
+Return one JSON object with the key "steps": a list with exactly one verdict for every step in "steps", each with \
+the step's span_id, a critique (2 to 4 sentences on what this step did and what was wrong with it, if anything), \
+a score, a verdict ("pass", "fail" or "uncertain") and its issues. {_ISSUE_RULES}
+{_SCALE} A passing step has no issues or only low-severity ones. Quotes must be copied verbatim from the data.
+An example reply for one step: {_example(STEP_EXAMPLE)}
+{_EXAMPLE_NOTE} Reply with the JSON object only."""
 
 TRACE_SYSTEM = f"""You are the trace judge of Clear, a tool that diagnoses why LLM agents fail. You evaluate one \
 whole agent trajectory.
@@ -89,23 +147,19 @@ request: trust it for the spans you no longer see), "steps" (every span in start
 parent_span_id, kind, node, status, input, output, exceptions) and "rubrics" (criteria to check, each with id, \
 name, text and an optional node it applies to).
 
-Return one JSON object:
-{{"feedback": "4-8 sentences: what the agent did, what went wrong, why", \
-"dimensions": {{"task_completion": DIM, "correctness": DIM, "tool_use": DIM, "efficiency": DIM, \
-"coordination": DIM}}, "score": <0..1 overall>, "verdict": "pass" | "fail" | "uncertain", \
-"outcome_assessment": "success" | "failure" | "unclear", \
-"root_cause": null | {{"node": "<node>", "span_id": "<span_id>", "reason": "why this span made the task fail"}}, \
-"issues": [ISSUE, ...], \
-"rubrics": [{{"id": "<rubric id>", "verdict": "pass" | "fail" | "uncertain", "justification": "1-3 sentences", \
-"evidence": [{{"span_id": "...", "quote": "..."}}]}}]}}
-where DIM is {{"score": <0..1>, "justification": "1-2 sentences"}} and ISSUE is {_ISSUE_FORMAT}.
-Write the feedback first and base the scores on it. task_completion: was the goal achieved; correctness: are the \
-facts and actions right; tool_use: right tools, valid arguments, errors handled; efficiency: no redundant or \
-looping steps; coordination: hand-offs between agents are complete and consistent. {_SCALE}
-root_cause is required when recorded_outcome is "failure" or your outcome_assessment is "failure": name the \
-earliest span whose behaviour made the task fail (a span_id from the data, or from the running summary). \
-Evaluate every rubric, one entry per rubric id. Quotes must be copied verbatim from the data. Reply with the JSON \
-object only."""
+Return one JSON object with these keys. feedback: 4 to 8 sentences on what the agent did, what went wrong and why; \
+write it first and base the scores on it. dimensions: task_completion (was the goal achieved), correctness (are \
+the facts and actions right), tool_use (right tools, valid arguments, errors handled), efficiency (no redundant or \
+looping steps) and coordination (hand-offs between agents are complete and consistent), each with a score and a \
+one- or two-sentence justification. score and verdict ("pass", "fail" or "uncertain") for the whole trace. \
+outcome_assessment: "success", "failure" or "unclear". root_cause: null, or the node, the span_id and the reason \
+of the earliest span whose behaviour made the task fail; it is required when recorded_outcome is "failure" or \
+your outcome_assessment is "failure" (a span_id from the data, or from the running summary). issues: a list. \
+rubrics: one entry per rubric id of the data, with its id, a verdict ("pass", "fail" or "uncertain"), a one- to \
+three-sentence justification and its evidence ({{span_id, quote}} items).
+{_ISSUE_RULES} {_SCALE} Quotes must be copied verbatim from the data.
+An example reply: {_example(TRACE_EXAMPLE)}
+{_EXAMPLE_NOTE} Reply with the JSON object only."""
 
 WINDOW_SYSTEM = f"""You are the trace judge of Clear, a tool that diagnoses why LLM agents fail. The trace is too \
 long for one request, so you read it in consecutive windows and keep a running summary; a final request will \
@@ -117,12 +171,12 @@ The data has "trace" (goal, final_output, recorded_outcome), "rubrics" (criteria
 "running_summary" (null for the first window, else your summary of the earlier windows) and "steps" (the spans of \
 this window in start order).
 
-Return one JSON object:
-{{"summary": "the updated running summary of everything so far, at most 250 words: the agent's progress toward \
-the goal, errors and suspicious steps with their span_ids and nodes, and facts needed to check the rubrics", \
-"issues": [ISSUE, ...]}}
-where ISSUE is {_ISSUE_FORMAT}; list only issues visible in this window. Quotes must be copied verbatim from the \
-data. Reply with the JSON object only."""
+Return one JSON object with the keys summary and issues. summary: the updated running summary of everything so \
+far, at most 250 words: the agent's progress toward the goal, errors and suspicious steps with their span_ids and \
+nodes, and the facts needed to check the rubrics. issues: the issues visible in this window only. {_ISSUE_RULES} \
+Quotes must be copied verbatim from the data.
+An example reply: {_example(WINDOW_EXAMPLE)}
+{_EXAMPLE_NOTE} Reply with the JSON object only."""
 
 RUBRIC_GEN_SYSTEM = f"""You write evaluation rubrics for Clear, a tool that diagnoses why LLM agents fail.
 
@@ -132,8 +186,10 @@ The data has "goal": the task an agent was given. Write 3 rubrics for a simple t
 for a complex one. Each rubric is one testable criterion that a reviewer can check as pass/fail by reading the \
 agent's trace: what must be done, said or avoided for the task to be handled well. Base them on the goal only.
 
-Return one JSON object: {{"rubrics": [{{"name": "short name", "text": "the testable criterion"}}]}}
-Reply with the JSON object only."""
+Return one JSON object with the key rubrics: a list of rubrics, each with a name (a few words) and a text (the \
+criterion).
+An example reply, for the goal "Renew my loan of The Hobbit": {_example(RUBRIC_GEN_EXAMPLE)}
+{_EXAMPLE_NOTE} Reply with the JSON object only."""
 
 SYSTEM_PROMPTS = {
     STEP_JUDGE: STEP_SYSTEM,

@@ -24,6 +24,9 @@ from .client import BudgetGate, CallOutcome, call_json
 from .config import LlmJudgeConfig
 from .prompts import PROMPT_VERSIONS, STEP_JUDGE, SYSTEM_PROMPTS, messages_for, quote_ids, user_message
 from .render import JUDGED_KINDS, Block, TraceIndex, cut_to_fit, estimate_tokens, pack, render_span
+from .reply_checks import invalid_output_cause, step_item_problems, step_reply_problems
+from .verdict_grounding import TraceGrounding, grounded_step_item, step_item_grounding, text_source_details, \
+    trace_grounding
 from .results import EvidenceFilter, call_details, error_cause, failed, split_evenly
 from .schema import STEP_SCHEMA
 
@@ -69,7 +72,7 @@ def judged_steps(trace: TraceView, index: TraceIndex, *, trace_judge: bool) -> l
             if s.kind in JUDGED_KINDS and not (trace_judge and s.kind == "AGENT" and s.span_id in index.root_ids)]
 
 
-def _coverage_check(expected: list[str]):
+def _coverage_check(expected: list[str], grounding: TraceGrounding):
     def check(output: dict) -> list[str]:
         seen = [str(item.get("span_id")) for item in output["steps"]]
         missing = [sid for sid in expected if sid not in seen]
@@ -79,7 +82,9 @@ def _coverage_check(expected: list[str]):
         duplicates = sorted({sid for sid in seen if seen.count(sid) > 1})
         if duplicates:
             problems.append(f"$.steps: more than one verdict for span_id(s) {quote_ids(duplicates)}")
-        return problems
+        return problems + step_reply_problems(output) + [
+            problem for position, item in enumerate(output["steps"]) if isinstance(item, dict)
+            for problem in step_item_grounding(item=item, path=f"$.steps[{position}]", grounding=grounding)]
 
     return check
 
@@ -94,20 +99,21 @@ def run_step_judges(trace: TraceView, index: TraceIndex, config: LlmJudgeConfig,
     blocks = pack(steps, lambda span, state: render_span(span, index, state, for_step=True),
                   budget_tokens=budget, max_items=steps_per_call(config))
     results: list[JudgeResult] = []
+    grounding = trace_grounding(index)
     for number, block in enumerate(blocks, start=1):
         payload = {"goal": goal["goal"], "steps": block.items}
         outcome = call_json(judge=STEP_JUDGE, messages=messages_for(STEP_JUDGE, payload),
                             schema=step_schema(len(block.items)),
                             decoding_schema=step_schema(len(block.items), span_ids=block.span_ids),
-                            config=config, gate=gate, check=_coverage_check(block.span_ids),
+                            config=config, gate=gate, check=_coverage_check(block.span_ids, grounding),
                             output_estimate=OUTPUT_TOKENS_PER_STEP * len(block.items),
                             max_tokens=step_max_tokens(len(block.items)))
-        results += _block_results(block, number, len(blocks), outcome, config, index, goal_cut)
+        results += _block_results(block, number, len(blocks), outcome, config, index, goal_cut, grounding)
     return results
 
 
 def _block_results(block: Block, number: int, count: int, outcome: CallOutcome, config: LlmJudgeConfig,
-                   index: TraceIndex, goal_cut: bool) -> list[JudgeResult]:
+                   index: TraceIndex, goal_cut: bool, grounding: TraceGrounding) -> list[JudgeResult]:
     version = PROMPT_VERSIONS[STEP_JUDGE]
     size = len(block.span_ids)
     base = {"batch": number, "batches": count, "batch_size": size, "call_input_tokens": outcome.input_tokens,
@@ -136,13 +142,22 @@ def _block_results(block: Block, number: int, count: int, outcome: CallOutcome, 
         if unknown:
             details["verdicts_for_unknown_steps"] = unknown
         item = verdicts.get(sid)
-        if item is None:
+        rejected = step_item_problems(item=item, path="$") if item is not None else []
+        if rejected:
+            # Still an echo or a contradiction after the repair: this step has no verdict, the batch's others
+            # keep theirs.
+            result = JudgeResult(judge=STEP_JUDGE, target_span_id=sid, score=None, status="error",
+                                 error="invalid judge output after one repair: " + "; ".join(rejected)[:1000])
+            details["cause"] = invalid_output_cause(rejected)
+        elif item is None:
             result = JudgeResult(judge=STEP_JUDGE, target_span_id=sid, score=None,
                                  status="skipped" if outcome.status == "skipped" else "error",
                                  error=outcome.error or "the judge returned no verdict for this step")
             details.update(error_cause(outcome))
         else:
             truncated = sid in block.truncated or goal_cut
+            item, ungrounded = grounded_step_item(item=item, grounding=grounding)
+            details.update(text_source_details(ungrounded))
             result = JudgeResult(judge=STEP_JUDGE, target_span_id=sid, status="truncated" if truncated else "ok",
                                  score=float(item["score"]), verdict=item["verdict"],
                                  critique=str(item.get("critique", "")), issues=evidence.issues(item.get("issues")))

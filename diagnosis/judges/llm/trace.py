@@ -20,6 +20,9 @@ from .config import LlmJudgeConfig
 from .prompts import (PROMPT_VERSIONS, RUBRIC_GEN_JUDGE, SYSTEM_PROMPTS, TRACE_JUDGE, WINDOW_JUDGE, messages_for,
                       quote_ids, user_message)
 from .render import Block, TraceIndex, cut_middle, cut_to_fit, estimate_tokens, pack, render_span
+from .reply_checks import reply_problems
+from .verdict_grounding import (TraceGrounding, grounded_trace_output, text_source_details, trace_grounding,
+                                trace_reply_grounding)
 from .results import EvidenceFilter, call_details, error_cause, failed, skipped
 from .schema import RUBRIC_GEN_SCHEMA, TRACE_SCHEMA, WINDOW_SCHEMA
 
@@ -50,6 +53,7 @@ def generate_rubrics(trace: TraceView, config: LlmJudgeConfig,
     goal, _ = cut_to_fit({"goal": trace.goal}, max(MIN_DATA_TOKENS, config.max_context_tokens // 2))
     outcome = call_json(judge=RUBRIC_GEN_JUDGE, messages=messages_for(RUBRIC_GEN_JUDGE, goal),
                         schema=RUBRIC_GEN_SCHEMA, config=config, gate=gate, output_estimate=400,
+                        check=lambda output: reply_problems(judge=RUBRIC_GEN_JUDGE, output=output),
                         max_tokens=RUBRIC_GEN_MAX_TOKENS)
     if outcome.status != "ok" or outcome.output is None:
         return [], [failed(GENERATED_JUDGE, None, outcome, model=config.model, prompt_version=version)]
@@ -58,7 +62,8 @@ def generate_rubrics(trace: TraceView, config: LlmJudgeConfig,
     return items, []
 
 
-def _trace_check(rubric_ids: list[str], span_ids: set[str], recorded_outcome: str | None):
+def _trace_check(rubric_ids: list[str], span_ids: set[str], recorded_outcome: str | None,
+                 grounding: TraceGrounding):
     def check(output: dict) -> list[str]:
         problems = []
         seen = [str(r.get("id")) for r in output["rubrics"]]
@@ -71,7 +76,8 @@ def _trace_check(rubric_ids: list[str], span_ids: set[str], recorded_outcome: st
             problems.append("$.root_cause: required when the outcome is a failure")
         if cause is not None and str(cause.get("span_id")) not in span_ids:
             problems.append("$.root_cause.span_id: not a span_id of this trace")
-        return problems
+        return (problems + reply_problems(judge=TRACE_JUDGE, output=output)
+                + trace_reply_grounding(output=output, grounding=grounding))
 
     return check
 
@@ -123,6 +129,7 @@ def run_trace_judge(trace: TraceView, index: TraceIndex, rubrics: list[dict], co
     blocks = blocks or [Block()]  # a trace without spans is still judged (from its goal and final output)
 
     evidence = EvidenceFilter(set(index.by_id))
+    grounding = trace_grounding(index)
     window_issues: list[JudgeIssue] = []
     outcomes: list[CallOutcome] = []
     summary: str | None = None
@@ -140,10 +147,12 @@ def run_trace_judge(trace: TraceView, index: TraceIndex, rubrics: list[dict], co
                                                              span_ids=sorted(index.by_id)),
                                 config=config, gate=gate, output_estimate=TRACE_OUTPUT_TOKENS,
                                 max_tokens=TRACE_JUDGE_MAX_TOKENS + TRACE_JUDGE_TOKENS_PER_RUBRIC * len(items),
-                                check=_trace_check([i["id"] for i in items], set(index.by_id), trace.outcome))
+                                check=_trace_check([i["id"] for i in items], set(index.by_id), trace.outcome,
+                                                   grounding))
         else:
             outcome = call_json(judge=WINDOW_JUDGE, messages=messages_for(WINDOW_JUDGE, payload),
                                 schema=WINDOW_SCHEMA, config=config, gate=gate, output_estimate=600,
+                                check=lambda output: reply_problems(judge=WINDOW_JUDGE, output=output),
                                 max_tokens=WINDOW_JUDGE_MAX_TOKENS)
         outcomes.append(outcome)
         if outcome.status != "ok":
@@ -154,9 +163,12 @@ def run_trace_judge(trace: TraceView, index: TraceIndex, rubrics: list[dict], co
                 summary = cut_middle(summary, SUMMARY_MAX_CHARS)
                 notes.append(f"the running summary of window {number} was cut")
             window_issues += evidence.issues(outcome.output.get("issues"))
-    output = outcomes[-1].output
+    output, ungrounded = grounded_trace_output(output=outcomes[-1].output, grounding=grounding, index=index)
     status = "truncated" if (truncated or notes) else "ok"
     trace_result = _trace_result(output, outcomes, evidence, window_issues, config, status)
+    trace_result.details.update(text_source_details(ungrounded))
+    if trace_result.details["root_cause"] and any(".root_cause." in reason for reason in ungrounded):
+        trace_result.details["root_cause"]["text_source"] = "computed"
     trace_result.details.update({"windows": len(blocks), "truncated_spans": truncated,
                                  "running_summary": summary, "rubrics_evaluated": len(items)})
     if notes:

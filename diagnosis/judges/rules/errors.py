@@ -2,12 +2,19 @@
 spans and exceptions by `rule.span_error`, and error payloads on spans whose status says OK by `rule.tool_error` (an
 output starting with "Error:", or a top-level JSON `error` member: judges/text.py `error_payload`). A tool's "not
 found" that the agent handled (criterion in diagnosis/judges/recovery.py) is not a failure: both rules record it as a
-pass on that span, saying it was a recovered not-found.
+pass on that span, saying it was a recovered not-found. An error the run later recovered from (recovery.py
+`error_recovery`: the call corrected, or the entity found another way) keeps its issue, at low severity, under a
+passing verdict flagged `recovered` on the failed call (verdicts.py `rule_recovered_error`).
 
 An error's issue title names the tool (or span) and the error's pattern, its message with the values taken out
 (`error_pattern`: "book_reservation returned an error: payment amount does not add up, total price is N, but paid
 N"): insights group findings by that title (diagnosis/insights/statements.py), so two tools, or two different errors
 of one tool, are never one insight, and one error's occurrences with different values are.
+
+A failing tool call is blamed on the step that decided it (judges/decision.py `deciding_step`: the LLM or AGENT span
+that issued the call): the result targets that step, so the statement's node is the deciding agent, and its
+evidence cites the step, the call's arguments and the tool's reply on the tool span (where those quotes occur).
+The calls one step issued are one result (`merge_by_target`). A call whose decider is unknown targets itself.
 """
 
 from __future__ import annotations
@@ -15,8 +22,11 @@ from __future__ import annotations
 import re
 
 from diagnosis.judges.contract import Evidence, JudgeIssue, JudgeResult, SpanView, TraceView
+from diagnosis.judges.decision import TraceIndex, call_evidence, call_said, deciding_step
 from diagnosis.judges.recovery import recovered_not_found
-from diagnosis.judges.rules.verdicts import clip, rule_fail, rule_pass, rule_recovered, span_label
+from diagnosis.judges.rules.verdicts import (
+    clip, merge_by_target, rule_fail, rule_pass, rule_recovered, rule_recovered_error, span_label,
+)
 from diagnosis.judges.text import error_pattern, error_payload, maybe_json, normalise, plain_text
 
 _EXIT_CODE = re.compile(r"\bexit[ _]?(?:code|status)\b\s*[:=]?\s*(-?\d+)", re.IGNORECASE)
@@ -46,6 +56,18 @@ def exit_code_of(span: SpanView) -> tuple[int, str] | None:
     return None
 
 
+def _blamed(span: SpanView, trace: TraceView, index: TraceIndex, evidence: list[Evidence],
+            detail: str) -> tuple[str, list[Evidence], str, dict]:
+    """(target, evidence, detail, details) of a finding on `span`: a tool call's go to the step that decided it."""
+    step = deciding_step(span, trace, index)
+    if step is None:
+        return span.span_id, evidence, detail, {}
+    cited = call_evidence(span, step)
+    quotes = {(e.span_id, e.quote) for e in cited}
+    evidence = cited + [e for e in evidence if (e.span_id, e.quote) not in quotes]
+    return step.span_id, evidence, f"{call_said(span, step)} {detail}".strip(), {"call_span_ids": [span.span_id]}
+
+
 def _nonzero_exit(span: SpanView) -> bool:
     found = exit_code_of(span)
     return found is not None and found[0] != 0
@@ -53,7 +75,7 @@ def _nonzero_exit(span: SpanView) -> bool:
 
 def rule_exit_code(trace: TraceView, stats: dict | None = None) -> list[JudgeResult]:
     judge = "rule.exit_code"
-    results = []
+    results, index = [], TraceIndex(trace)
     for span in trace.spans:
         found = exit_code_of(span)
         if found is None or found[0] == 0:
@@ -62,11 +84,12 @@ def rule_exit_code(trace: TraceView, stats: dict | None = None) -> list[JudgeRes
         evidence = [Evidence(span.span_id, quote)]
         if span.status_message and normalise(span.status_message) != normalise(quote):
             evidence.append(Evidence(span.span_id, clip(span.status_message)))
-        issue = JudgeIssue(title=f"{span.tool_name or span.name} exited with code {code}",
-                           detail=f"The tool call in {span_label(span)} failed with a non-zero exit code.",
+        target, evidence, detail, blame = _blamed(
+            span, trace, index, evidence, f"The tool call in {span_label(span)} failed with a non-zero exit code.")
+        issue = JudgeIssue(title=f"{span.tool_name or span.name} exited with code {code}", detail=detail,
                            severity="medium", evidence=evidence)
-        results.append(rule_fail(judge, span.span_id, f"Non-zero exit code {code}.", [issue], exit_code=code))
-    return results or [rule_pass(judge, "No tool call reported a non-zero exit code.")]
+        results.append(rule_fail(judge, target, f"Non-zero exit code {code}.", [issue], exit_code=code, **blame))
+    return merge_by_target(results) or [rule_pass(judge, "No tool call reported a non-zero exit code.")]
 
 
 def _exception_messages(span: SpanView) -> list[str]:
@@ -80,7 +103,7 @@ def _exception_messages(span: SpanView) -> list[str]:
 
 def rule_span_error(trace: TraceView, stats: dict | None = None) -> list[JudgeResult]:
     judge = "rule.span_error"
-    results = []
+    results, index = [], TraceIndex(trace)
     for span in trace.spans:
         if span.status != "error" and not span.exceptions:
             continue
@@ -105,20 +128,24 @@ def rule_span_error(trace: TraceView, stats: dict | None = None) -> list[JudgeRe
             what = f"{what}: {pattern}" if types else pattern
         elif pattern:
             what = pattern
+        target, evidence, detail, blame = _blamed(
+            span, trace, index, [Evidence(span.span_id, quote) for quote in quotes] or [Evidence(span.span_id, "")],
+            "" if span.kind == "TOOL" else "; ".join(quotes))  # a call's detail quotes its reply already
         issue = JudgeIssue(
             title=f"{span_label(span)} failed: {what}",
-            detail="; ".join(quotes) or f"The span ended with status {span.status}.",
+            detail=detail or f"The span ended with status {span.status}.",
             severity="high" if span.parent_span_id == "" else "medium",
-            evidence=[Evidence(span.span_id, quote) for quote in quotes] or [Evidence(span.span_id, "")],
+            evidence=evidence,
         )
-        results.append(rule_fail(judge, span.span_id, f"{span_label(span)} ended in error.", [issue],
-                             exception_types=types, status=span.status))
-    return results or [rule_pass(judge, "No span ended in error or recorded an exception.")]
+        results.append(rule_recovered_error(rule_fail(judge, target, f"{span_label(span)} ended in error.", [issue],
+                                                      exception_types=types, status=span.status, **blame),
+                                            span, trace))
+    return merge_by_target(results) or [rule_pass(judge, "No span ended in error or recorded an exception.")]
 
 
 def rule_tool_error(trace: TraceView, stats: dict | None = None) -> list[JudgeResult]:
     judge = "rule.tool_error"
-    results = []
+    results, index = [], TraceIndex(trace)
     for span in trace.spans:
         if span.kind != "TOOL" or span.status == "error" or span.exceptions or _nonzero_exit(span):
             continue
@@ -130,8 +157,11 @@ def rule_tool_error(trace: TraceView, stats: dict | None = None) -> list[JudgeRe
             results.append(rule_recovered(judge, span, recovery))
             continue
         pattern = error_pattern(quote) or "error"
-        issue = JudgeIssue(title=f"{span.tool_name or span.name} returned an error: {pattern}",
-                           detail=f"The tool's output reports an error although the span's status is {span.status}.",
-                           severity="medium", evidence=[Evidence(span.span_id, quote)])
-        results.append(rule_fail(judge, span.span_id, "The tool returned an error payload.", [issue]))
-    return results or [rule_pass(judge, "No tool output carried an error.")]
+        target, evidence, detail, blame = _blamed(
+            span, trace, index, [Evidence(span.span_id, quote)],
+            f"The tool's output reports an error although the span's status is {span.status}.")
+        issue = JudgeIssue(title=f"{span.tool_name or span.name} returned an error: {pattern}", detail=detail,
+                           severity="medium", evidence=evidence)
+        results.append(rule_recovered_error(rule_fail(judge, target, "The tool returned an error payload.", [issue],
+                                                      **blame), span, trace))
+    return merge_by_target(results) or [rule_pass(judge, "No tool output carried an error.")]

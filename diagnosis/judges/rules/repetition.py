@@ -4,6 +4,10 @@ reported). `rule.loop` reports a speaker (agent, tool without arguments, or mode
 message in back-to-back sibling spans. The same message recurring after other turns is not reported: in group chats
 that is mostly a harness's canned reply ("There is no code from the last 1 message…") or a re-run that printed the
 same output, neither evidence of a fault on its own; the LLM trace judge sees those.
+
+A repeated call is blamed on the step that decided the first repeat (judges/decision.py: it had the first call's
+reply in front of it), citing that step, each call's arguments and the reply it repeated after; without a known
+decider, on the calls' parent.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from diagnosis.judges.contract import Evidence, JudgeIssue, JudgeResult, SpanView, TraceView
+from diagnosis.judges.decision import TraceIndex, agent_of, call_evidence, clip_quote, deciding_step, reply_of
 from diagnosis.judges.rules.verdicts import clip, rule_fail, rule_pass
 from diagnosis.judges.text import dump, error_payload, maybe_json, normalise, plain_text
 
@@ -25,26 +30,32 @@ def rule_repeated_tool_call(trace: TraceView, stats: dict | None = None) -> list
             continue
         arguments = dump(maybe_json(span.input))
         groups[(span.parent_span_id, span.tool_name or span.name, arguments)].append(span)
-    ids = {span.span_id for span in trace.spans}
-    by_parent: dict[str | None, list[JudgeIssue]] = defaultdict(list)
+    ids, index = {span.span_id for span in trace.spans}, TraceIndex(trace)
+    by_target: dict[str | None, list[JudgeIssue]] = defaultdict(list)
     counts: dict[str | None, int] = defaultdict(int)
     for (parent_id, tool, arguments), spans in groups.items():
-        parent = parent_id if parent_id in ids else None
         if len(spans) < REPEATED_CALL_THRESHOLD:
             continue
+        step = deciding_step(spans[1], trace, index)
+        target = step.span_id if step is not None else parent_id if parent_id in ids else None
         failed = sum(1 for s in spans if s.status == "error" or error_payload(s.output))
-        by_parent[parent].append(JudgeIssue(
+        reply = reply_of(spans[0])
+        detail = f"{tool}({arguments}) was sent {len(spans)} times by " \
+            + (agent_of(step) if step is not None else "the same caller")
+        cited = call_evidence(spans[0], step)[:1] if step is not None else []  # the step, naming the tool
+        by_target[target].append(JudgeIssue(
             title=f"{tool} called {len(spans)} times with identical arguments",
-            detail=f"{tool}({arguments}) was sent {len(spans)} times by the same caller"
-                   + (f"; {failed} of the calls failed" if failed else "") + ".",
+            detail=detail + (f"; {failed} of the calls failed" if failed else "")
+            + (f"; the first reply was `{clip_quote(reply)}`" if reply else "") + ".",
             severity="high" if len(spans) >= 5 or failed == len(spans) else "medium",
-            evidence=[Evidence(s.span_id, dump(maybe_json(s.input))) for s in spans],
+            evidence=cited + [Evidence(s.span_id, dump(maybe_json(s.input))) for s in spans]
+            + ([Evidence(spans[0].span_id, clip(reply))] if reply else []),
         ))
-        counts[parent] = max(counts[parent], len(spans))
+        counts[target] = max(counts[target], len(spans))
     results = [
-        rule_fail(judge, parent, "The same tool call was repeated instead of changing course.",
-              issues, max_repeats=counts[parent])
-        for parent, issues in by_parent.items()
+        rule_fail(judge, target, "The same tool call was repeated instead of changing course.",
+                  issues, max_repeats=counts[target])
+        for target, issues in by_target.items()
     ]
     return results or [rule_pass(judge, f"No tool call was repeated {REPEATED_CALL_THRESHOLD}+ times identically.")]
 

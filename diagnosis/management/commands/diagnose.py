@@ -176,6 +176,8 @@ class Command(BaseCommand):
             out(f"  judge errors: {summary.errors}" + (f" ({summary.errors_label})" if summary.errors_label else ""))
             for group in summary.errors_by_cause:
                 out(f"    {group['cause']:<24} {group['count']:>5}  e.g. {group['example'][:100]}")
+            for judge in summary.judges_without_verdict:
+                out(f"  {judge['label']}")
             out(f"  re-judge them: manage.py diagnose --project {run.project.slug!r} --retry-errors {run.pk}")
         if summary.dropped_evidence:
             out(f"  evidence quotes dropped (not found in the span): {summary.dropped_evidence}")

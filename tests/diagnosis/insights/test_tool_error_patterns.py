@@ -51,22 +51,36 @@ def test_tool_errors_of_different_tools_and_patterns_are_different_insights(proj
         ingest_otlp(project=project, body=body, content_type="application/json")
     run = diagnose(project, "", judges=["rules"])
 
-    # Every "Error: …" answer is a tool error although no span's status says so, titled by tool and pattern.
-    failing = Feedback.objects.filter(run=run, judge="rule.tool_error", verdict="fail").select_related("trace")
-    flagged = {(f.trace.trace_id, f.target_span_id): f.issues[0]["title"] for f in failing}
+    # Every "Error: …" answer is a tool error although no span's status says so, titled by tool and pattern. It is
+    # blamed on the model turn that made the call (issue 41), which cites the tool span that answered.
+    spans = {(t, s): (tool, output, kind) for t, s, tool, output, kind in Span.objects.filter(trace__project=project)
+             .values_list("trace__trace_id", "span_id", "tool_name", "output", "kind")}
+    failing = Feedback.objects.filter(run=run, judge="rule.tool_error").exclude(issues=[]).select_related("trace")
+    flagged = {}
+    for feedback in failing:
+        # (A recovered error, a pass that keeps its issue, stays on the failed call: verdicts.py.)
+        assert spans[(feedback.trace.trace_id, feedback.target_span_id)][2] == \
+            ("TOOL" if feedback.details.get("recovered") else "LLM")
+        for issue in feedback.issues:
+            for cited in issue["evidence"]:
+                if spans[(feedback.trace.trace_id, cited["span_id"])][2] == "TOOL":
+                    flagged[(feedback.trace.trace_id, cited["span_id"])] = issue["title"]
     assert set(flagged) == set(expected)
     for key, (tool, pattern) in expected.items():
         assert flagged[key] == f"{tool} returned an error: {pattern}"
 
-    spans = {(t, s): (tool, output) for t, s, tool, output in Span.objects.filter(trace__project=project)
-             .values_list("trace__trace_id", "span_id", "tool_name", "output")}
+    def calls(statement) -> set[tuple[str, str]]:
+        return {(statement.trace.trace_id, e["span_id"]) for e in statement.evidence
+                if spans.get((statement.trace.trace_id, e["span_id"]), ("", "", ""))[2] == "TOOL"}
+
     insights = list(Insight.objects.filter(project=project, is_other=False, occurrences__run=run).distinct())
     by_key: dict[tuple[str, str], list[Insight]] = {}
     for insight in insights:
         statements = list(held(insight, run).select_related("trace"))
-        tools = {spans[(s.trace.trace_id, s.span_id)][0] for s in statements if s.span_id} - {""}
-        assert len(tools) <= 1, (insight.title, tools)  # no insight mixes tools
-        errors = {expected.get((s.trace.trace_id, s.span_id)) for s in statements if s.judge == "rule.tool_error"}
+        tools = {spans[key][0] for s in statements if s.judge in ("rule.tool_error", "rule.span_error")
+                 for key in calls(s)} - {""}
+        assert len(tools) <= 1, (insight.title, tools)  # no insight mixes tools' errors
+        errors = {expected.get(key) for s in statements if s.judge == "rule.tool_error" for key in calls(s)}
         if not errors:
             continue
         # An insight of tool errors holds one tool's one error pattern, nothing else, and its title says which.
@@ -76,9 +90,12 @@ def test_tool_errors_of_different_tools_and_patterns_are_different_insights(proj
         assert insight.title == f"{tool} returned an error: {pattern}"
         by_key.setdefault((tool, pattern), []).append(insight)
 
-    # Each pattern seen 3+ times in 2+ traces is its own insight, at one node; the once-seen ones are "other".
+    # Each pattern seen 3+ times in 2+ traces is its own insight, at one node; the once-seen ones are "other". So
+    # is one whose every occurrence the agent recovered from (issue 41: the same tool succeeded later on corrected
+    # arguments) unless those runs are associated with failure: task 0's book_reservation "payment amount does not
+    # add up" was retried and went through in all three runs, and with 2 succeeding traces among these 13 that
+    # association cannot be known (on all 200 runs it is: benchmarks/insights_real).
     assert sorted(by_key) == [
-        ("book_reservation", "payment amount does not add up, total price is N, but paid N"),
         ("update_reservation_flights", "flight <id> not available on date <date>"),
         ("update_reservation_flights", "gift card balance is not enough"),
         ("update_reservation_flights", "not enough seats on flight <id>"),
@@ -93,4 +110,4 @@ def test_tool_errors_of_different_tools_and_patterns_are_different_insights(proj
         node = next(i for i in found if i.level == Insight.Level.NODE)
         statements = held(node, again).select_related("trace")
         assert statements.exists(), (tool, pattern)
-        assert {expected.get((s.trace.trace_id, s.span_id)) for s in statements} == {(tool, pattern)}
+        assert {expected.get(key) for s in statements for key in calls(s)} == {(tool, pattern)}

@@ -2,9 +2,10 @@
 
 A rubric's finding is titled by what went wrong, where, in plain words, then the rubric it violates (not by the
 rubric's mechanism, "Forbidden text in …"). Without a model, an insight's root cause and recommendation state only
-computed facts (where the pattern first appears, its share of failing and succeeding traces, what the agent did
-next), never the title again nor the cluster's distinctive terms; a ticket's suggested fix points at the node the
-insight is about. The naming prompt shows the title's shape by an example, not by field descriptions a small model
+computed facts (what the deciding step did and what it had in front of it, the earliest step its statements cite,
+its share of failing and succeeding traces), never the title again nor the cluster's distinctive terms, and point at
+that decision instead of a place to "start at" (issue 41); a ticket's suggested fix points at the node the insight is
+about. The naming prompt shows the title's shape by an example, not by field descriptions a small model
 copies as the title."""
 
 from __future__ import annotations
@@ -116,13 +117,20 @@ def test_demo_insights_state_computed_facts_without_a_model(project, demo_run):
         assert (int(share[2]), int(share[4])) == (failing, succeeding)
         assert int(share[1]) + int(share[3]) == insight.trace_count
         if insight.level == Insight.Level.NODE:
-            assert f"It first appears at node {insight.node}, in " in insight.root_cause, insight.root_cause
-            assert insight.recommendation.startswith(f"Start at {insight.node} ("), insight.recommendation
-            assert "Next, the agent ran " in insight.recommendation or "The trace ended" in insight.recommendation
+            # The decision, by the node's own step, then where the statements first show.
+            assert insight.root_cause.startswith(f"{insight.node} ("), insight.root_cause
+            assert f"The earliest step its statements cite is {insight.node} (" in insight.root_cause
+            assert f"{insight.node} (" in insight.recommendation, insight.recommendation
+        for banned in ("Start at", "Start from", "so that the rubric holds", "It first appears", "Next, the agent"):
+            assert banned not in insight.recommendation and banned not in insight.root_cause, insight
     retry = next(i for i in insights if i.level == Insight.Level.NODE and i.node == "billing_worker"
                  and i.failure_association == "associated")
-    # What the agent did next, from the spans: after the first failed call, it called the same tool again.
-    assert "Next, the agent ran billing_worker (execute_tool invoice_lookup), which failed" in retry.recommendation
+    # What the agent did and had in front of it, from the spans: it called the tool again after its refusal.
+    assert "billing_worker (chat gpt-4o-mini) called `invoice_lookup` 5 times with `{\"invoice_id\": " \
+        in retry.root_cause, retry.root_cause
+    assert "It had in front of it the same call's earlier reply `rate_limited`" in retry.root_cause
+    assert retry.recommendation.startswith("Make billing_worker (chat gpt-4o-mini) act on the reply it had before "
+                                           "calling `invoice_lookup` again"), retry.recommendation
 
 
 @pytest.mark.django_db
@@ -133,3 +141,6 @@ def test_a_suggested_fix_points_at_the_node_the_insight_is_about(project, demo_r
         span_at = Span.objects.get(trace__trace_id=fix["trace_id"], span_id=fix["span_id"])
         assert span_at.node == node, (node, fix)
         assert f"at node {node}" in fix["text"] and "Start from that span" not in fix["text"], fix["text"]
+        # It points at the decision: a model turn of that node, and says what it decided there.
+        assert span_at.kind == "LLM" and f"{node} ({span_at.name})" in fix["text"], fix["text"]
+        assert "so that the rubric holds" not in fix["text"], fix["text"]

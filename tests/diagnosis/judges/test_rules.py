@@ -80,8 +80,10 @@ def test_repeated_identical_tool_calls_from_one_caller():
     trace = view(worker, *calls, *other)
     (result,) = rule_repeated_tool_call(trace)
     assert result.verdict == "fail" and result.target_span_id == "w"
-    assert [e.span_id for e in result.issues[0].evidence] == ["c0", "c1", "c2"]
+    # Each call's arguments, then the reply the repeats ignored (no step of the calls' agent is known: the parent).
+    assert [e.span_id for e in result.issues[0].evidence] == ["c0", "c1", "c2", "c0"]
     assert result.issues[0].evidence[0].quote == '{"id": "INV-1"}'
+    assert result.issues[0].evidence[-1].quote == '{"error": "rate_limited"}'
     assert evidence_verify(trace=trace, results=[result]) == 0
     # One retry (two identical calls) is a normal back-off, not a loop.
     _only_pass(rule_repeated_tool_call(view(worker, *calls[:2])))

@@ -8,6 +8,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from clear.errors import ClearError
 from clear.projects.selectors import project_get_by_name
+from diagnosis.attribution.selectors import row_confident
 from diagnosis.attribution.services import ALL_METHODS, attribution_compute_for_project
 
 
@@ -42,13 +43,14 @@ class Command(BaseCommand):
                 self.stdout.write(json.dumps({
                     "trace_id": a.trace.trace_id, "method": a.method, "status": a.status, "agent": a.agent,
                     "step": a.step_index, "span_id": a.span_id, "confidence": a.confidence, "reason": a.reason,
-                    "error": a.error, "low_confidence": bool((a.details or {}).get("low_confidence")),
-                    "fallback": (a.details or {}).get("fallback", "")}))
+                    "error": a.error, "confident": row_confident(status=a.status, details=a.details),
+                    "candidates": (a.details or {}).get("candidates") or []}))
             else:
                 where = f"{a.agent} @ step {a.step_index} ({a.span_id})" if a.status == "ok" else a.status
                 sure = "" if a.confidence is None else f"  confidence {a.confidence:.2f}"
-                if (a.details or {}).get("low_confidence"):
-                    sure += f" (low: fell back to {a.details.get('fallback')})"
+                if not row_confident(status=a.status, details=a.details) and (a.details or {}).get("candidates"):
+                    where = "no confident answer; candidates " + ", ".join(
+                        f"{c.get('agent')} ({c.get('share') or 0:.2f})" for c in a.details["candidates"][:3])
                 self.stdout.write(f"{a.trace.trace_id}  {where}{sure}  {a.reason or a.error}")
         self.stderr.write(f"{batch.method}: {batch.computed} computed, {batch.already_present} already present, "
                           f"{batch.errors} errors")

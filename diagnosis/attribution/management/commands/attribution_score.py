@@ -16,8 +16,9 @@ from diagnosis.attribution.services import ALL_METHODS, OFFLINE_METHODS
 
 class Command(BaseCommand):
     help = ("Compare a method's attributions with labels (JSONL: trace_id, mistake_agent, mistake_step), computing "
-            "the missing attributions first; prints agent accuracy, step accuracy exact / ±1 / ±3 and the count, and "
-            "beside them the label-free baselines on the same traces.")
+            "the missing attributions first; prints agent accuracy, step accuracy exact / ±1 / ±3 and the count (an "
+            "unconfident answer by its top candidate), the same for the confident answers alone, and beside them the "
+            "label-free baselines on the same traces.")
 
     def add_arguments(self, parser):
         parser.add_argument("--project", required=True, help="project name or slug")
@@ -48,6 +49,13 @@ class Command(BaseCommand):
             f"method {summary['method']}: agent accuracy {summary['agent_accuracy']:.2%}, step accuracy "
             f"{summary['step_accuracy']:.2%} (±1 {summary['step_within_1']:.2%}, ±3 {summary['step_within_3']:.2%}), "
             f"count {summary['count']}")
+        confident = summary["confident"]
+        self.stdout.write(
+            f"confident answers: {confident['count']} of {summary['count']}: agent accuracy "
+            f"{confident['agent_accuracy']:.2%}, step accuracy {confident['step_exact']:.2%} (±3 "
+            f"{confident['step_within_3']:.2%}); baselines on those runs: " + ", ".join(
+                f"{BASELINE_NAMES[name]} {rates['agent' if name in AGENT_BASELINES else 'step_exact']:.2%}"
+                for name, rates in confident["baselines"].items()))
         for name, rates in summary["baselines"].items():
             what = (f"agent accuracy {rates['agent']:.2%}" if name in AGENT_BASELINES else
                     f"step accuracy {rates['step_exact']:.2%} (±1 {rates['step_within_1']:.2%}, "

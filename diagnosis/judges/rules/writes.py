@@ -1,0 +1,363 @@
+"""Rule judges about writes that need one run per task (issue 41, 4): each looks at one run alone, never at other
+runs of its task, and knows no agent. A *write* is a tool whose name starts with a verb of CLEAR_WRITE_TOOL_VERBS
+(diagnosis/conf.py; `is_write_tool`: `cancel_reservation`, `createIssue`). Every finding blames the step that issued
+the call (judges/decision.py `deciding_step`: the LLM or AGENT span), quoting there what shows it, and cites the
+call's arguments and the tool's reply on the tool span.
+
+* `rule.ungrounded_write_argument`: a write passes a text value (an id, a name, a date) that appears in no earlier
+  tool reply, no user message and not in the task: the agent made it up, or took it from its own earlier text.
+* `rule.unconfirmed_write`: a write issued by a model turn whose input ends on a tool result: the agent went from a
+  result to the change without a user message in between (it did not ask, or did not wait for, a confirmation).
+  Only in conversations (two user messages or more): an autonomous run has no one to confirm with.
+* `rule.refused_write_retried`: a write the tool refused, followed by another write with no new user message in
+  between: the agent worked around the refusal on its own. Only in conversations, like `unconfirmed_write`.
+* `rule.write_on_closed_object`: a write about an object (the same `…id` value) whose latest reply said its status is
+  closed (`cancelled`, `deleted`, `closed`, …): the change contradicts what the agent had just read.
+
+`rule.repeated_failing_call` and `rule.unbacked_claim` are in calls.py. What they cannot see is in diagnosis/RUNS.md
+("Judges that need one run per task").
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from diagnosis import conf
+from diagnosis.judges.contract import Evidence, JudgeIssue, JudgeResult, SpanView, TraceView
+from diagnosis.judges.contrastive_tasks import _WORD, is_write_tool
+from diagnosis.judges.decision import TraceIndex, call_evidence, call_said, deciding_step, failed
+from diagnosis.judges.rules.verdicts import clip, rule_fail, rule_pass, rule_skip
+from diagnosis.judges.text import maybe_json, normalise, value_text
+
+USER_ROLES = ("user", "human")
+TOOL_ROLES = ("tool", "function", "ipython")
+# Text argument values shorter than this say nothing about where they came from ("no", "2"); longer, or with spaces,
+# they are prose the agent writes itself (a reason, a message), not a value it was given: identifiers, codes, enums
+# and dates have none (`BK-4471`, `one_way`, `2024-05-20`).
+_VALUE_MIN, _VALUE_MAX = 3, 80
+_SEPARATORS = re.compile(r"[\s_\-]+")
+# Status values that say an object can no longer be changed. Words, not an agent's vocabulary: any tool's record.
+CLOSED_STATUSES = frozenset({"cancelled", "canceled", "closed", "deleted", "removed", "archived", "expired",
+                             "revoked", "terminated", "void", "voided", "refunded", "rejected"})
+_STATUS_KEYS = ("status", "state")
+
+
+def _loose(text: str) -> str:
+    """Case and separators folded: `one_way`, "One-way" and "one way" are one value."""
+    return _SEPARATORS.sub(" ", text).strip().casefold()
+
+
+def messages_of(value) -> list[dict]:
+    """Role-tagged messages of a model turn's input (a list of messages, or {"messages": [...]}); [] otherwise."""
+    value = maybe_json(value)
+    if isinstance(value, dict):
+        value = value.get("messages")
+    return [m for m in value if isinstance(m, dict) and m.get("role")] if isinstance(value, list) else []
+
+
+def verb_of_tool(name: str) -> str:
+    """The first word of a tool name's last part, lower case: `cancel_reservation` → "cancel" (is_write_tool's)."""
+    words = _WORD.findall(re.split(r"[./:]", name)[-1])
+    return words[0].lower() if words else ""
+
+
+def writes_of(trace: TraceView) -> list[SpanView]:
+    verbs = conf.write_tool_verbs()
+    return [s for s in trace.spans if s.kind == "TOOL" and is_write_tool(s.tool_name or s.name, verbs)]
+
+
+def _text_values(value, out: list[str], depth: int = 0) -> None:
+    if depth > 10:
+        return
+    if isinstance(value, dict):
+        for child in value.values():
+            _text_values(child, out, depth + 1)
+    elif isinstance(value, list):
+        for child in value:
+            _text_values(child, out, depth + 1)
+    elif isinstance(value, str):
+        text = value.strip()
+        # Numbers written as text ("250") are amounts the agent computes, as often as values it was given.
+        if _VALUE_MIN <= len(text) <= _VALUE_MAX and not re.search(r"\s", text) \
+                and not re.fullmatch(r"[\d.,]+", text):
+            out.append(text)
+
+
+def per_target(results: list[JudgeResult]) -> list[JudgeResult]:
+    """One result per target (a judge leaves one Feedback per span): a step that issued several flagged calls gets
+    one result holding every issue."""
+    by_target: dict[str | None, JudgeResult] = {}
+    for result in results:
+        first = by_target.setdefault(result.target_span_id, result)
+        if first is not result:
+            first.issues += result.issues
+    return list(by_target.values())
+
+
+def first_finding(results: list[JudgeResult]) -> list[JudgeResult]:
+    """The first finding of a run, with how many calls showed it. The first call is where the agent decided to act
+    that way; later ones repeat the decision (mostly retries of the same write), and reported one by one each would
+    count as another occurrence, away from the decision. On tau-airline's tune split, one finding per run put 14 of
+    26 `unconfirmed_write` findings within one turn of a labelled wrong write, against 17 of 43 with every call."""
+    first = results[0]
+    first.details["calls_flagged"] = len(results)
+    first.details["other_call_span_ids"] = [r.details.get("call_span_id") for r in results[1:]]
+    return [first]
+
+
+def _blame(judge: str, call: SpanView, step: SpanView | None, critique: str, issue: JudgeIssue,
+           **details) -> JudgeResult:
+    target = step.span_id if step is not None else call.span_id
+    return rule_fail(judge, target, critique, [issue], call_span_id=call.span_id, **details)
+
+
+def _before(span: SpanView, call: SpanView) -> bool:
+    return (span.end_time or span.start_time) <= call.start_time and span.span_id != call.span_id
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# rule.ungrounded_write_argument
+
+
+def _sources(trace: TraceView, call: SpanView) -> tuple[str, bool]:
+    """Everything the agent had been given before `call`: the task, user messages and tool replies (as tool spans'
+    outputs and as tool-role messages in model turns' inputs), folded; and whether any user text was found at all."""
+    parts = [value_text(trace.goal)] if trace.goal not in (None, "") else []
+    heard_user = bool(parts)
+    for span in trace.spans:
+        if span.kind == "TOOL" and _before(span, call):
+            parts.append(value_text(span.output))
+        elif span.kind in ("LLM", "AGENT") and span.start_time <= call.start_time:
+            for message in messages_of(span.input):
+                if message["role"] in USER_ROLES or message["role"] in TOOL_ROLES:
+                    heard_user |= message["role"] in USER_ROLES
+                    parts.append(value_text(message.get("content")))
+    return _loose("\n".join(parts)), heard_user
+
+
+def rule_ungrounded_write_argument(trace: TraceView, stats: dict | None = None) -> list[JudgeResult]:
+    judge = "rule.ungrounded_write_argument"
+    writes = writes_of(trace)
+    if not writes:
+        return [rule_pass(judge, "No write tool was called.")]
+    index, results, heard_any = TraceIndex(trace), [], False
+    for call in writes:
+        given, heard_user = _sources(trace, call)
+        heard_any |= heard_user
+        if not heard_user:
+            continue  # no user text recorded before the call: nothing to tell a given value from an invented one
+        values: list[str] = []
+        _text_values(maybe_json(call.input), values)
+        invented = [v for v in dict.fromkeys(values) if _loose(v) not in given]
+        if not invented:
+            continue
+        step = deciding_step(call, trace, index)
+        tool = call.tool_name or call.name
+        shown = ", ".join(f"`{v}`" for v in invented[:3])
+        # The step quotes the value where its text holds it (the tool call it wrote), so the citation verifies.
+        evidence = [Evidence(step.span_id, clip(invented[0]))] if step is not None and \
+            normalise(invented[0]) in normalise(value_text(step.output)) else []
+        issue = JudgeIssue(
+            title="A write is called with a value that no earlier tool reply or user message gave",
+            detail=f"{call_said(call, step)} It passed {shown}, which appear{'s' if len(invented) == 1 else ''} in "
+                   "no tool reply, user message or the task before the call.",
+            severity="medium", evidence=evidence + call_evidence(call, step))
+        results.append(_blame(judge, call, step, f"`{tool}` was called with {shown}, given by no one.", issue,
+                              tool=tool, values=invented[:5]))
+    if results:
+        return first_finding(results)
+    if not heard_any:
+        return [rule_skip(judge, "No user message or task text was recorded before the writes: nothing to check "
+                                 "their values against.")]
+    return [rule_pass(judge, "Every text value of every write was given by a tool reply, the user or the task.")]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# rule.unconfirmed_write
+
+
+def _user_messages(trace: TraceView) -> set[str]:
+    """The distinct user messages the run's model turns received (a turn that resends the history counts once)."""
+    return {normalise(value_text(m.get("content"))) for span in trace.spans if span.kind in ("LLM", "AGENT")
+            for m in messages_of(span.input) if m["role"] in USER_ROLES}
+
+
+def _new_user_message(span: SpanView, heard: set[str]) -> bool:
+    """Whether a model turn received a user message not seen before (turns that resend the history repeat the old
+    ones); adds what it heard to `heard`."""
+    fresh = False
+    for message in messages_of(span.input):
+        if message["role"] in USER_ROLES:
+            text = normalise(value_text(message.get("content")))
+            fresh |= text not in heard
+            heard.add(text)
+    return fresh
+
+
+def _retries_after_refusal(trace: TraceView, writes: set[str]) -> set[str]:
+    """Writes made after a refused write with no new user message since: rule.refused_write_retried's case. On
+    tau-airline's tune split, leaving them to it kept unconfirmed_write's 14 runs within one turn of a labelled
+    wrong write and dropped 7 of its 26 statements that were not (the retry two turns after the labelled write)."""
+    heard: set[str] = set()
+    refused, retries = False, set()
+    for span in trace.spans:  # start order
+        if span.kind in ("LLM", "AGENT") and _new_user_message(span, heard):
+            refused = False
+        if span.span_id in writes:
+            if refused:
+                retries.add(span.span_id)
+            refused |= failed(span)
+    return retries
+
+
+def rule_unconfirmed_write(trace: TraceView, stats: dict | None = None) -> list[JudgeResult]:
+    judge = "rule.unconfirmed_write"
+    writes = writes_of(trace)
+    if not writes:
+        return [rule_pass(judge, "No write tool was called.")]
+    if len(_user_messages(trace)) < 2:
+        # One request and no conversation (an autonomous pipeline, a batch job): there is no one to confirm with,
+        # and every write would follow a tool result. The example agent's correct refunds are such writes.
+        return [rule_skip(judge, "The run holds fewer than two user messages: no user in the loop to confirm "
+                                 "with.")]
+    index, results, seen_roles = TraceIndex(trace), [], False
+    retries = _retries_after_refusal(trace, {s.span_id for s in writes})
+    for call in writes:
+        if call.span_id in retries:
+            continue  # rule.refused_write_retried's finding: a write is reported by one of the two, not both
+        step = deciding_step(call, trace, index)
+        messages = [m for m in messages_of(step.input) if m["role"] != "system"] if step is not None else []
+        if not messages:
+            continue  # a turn whose input carries no roles says nothing either way
+        seen_roles = True
+        if messages[-1]["role"] not in TOOL_ROLES:
+            continue
+        tool = call.tool_name or call.name
+        issue = JudgeIssue(
+            title="A write is called with no user message since the last tool result",
+            detail=f"{call_said(call, step)} The turn that made it went on from a tool result "
+                   f"(`{messages[-1].get('name') or messages[-1]['role']}`), with no user message in between.",
+            severity="medium", evidence=call_evidence(call, step))
+        results.append(_blame(judge, call, step, f"`{tool}` changed state with no user message since the last "
+                                                 "tool result.", issue, tool=tool))
+    if results:
+        return first_finding(results)
+    if not seen_roles:
+        return [rule_skip(judge, "The turns that called writes record no role-tagged input: nothing says whether a "
+                                 "user message came before them.")]
+    return [rule_pass(judge, "Every write followed a user message.")]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# rule.refused_write_retried
+
+
+def rule_refused_write_retried(trace: TraceView, stats: dict | None = None) -> list[JudgeResult]:
+    """A write the tool refused (an error reply), then another write with no new user message in between: the agent
+    worked around the refusal on its own instead of going back to the user with what the tool said. On tau-airline's
+    tune split (tasks 0-24, 100 runs) this held in 12 failing runs and no succeeding one, and the refused call sat
+    within one turn of a labelled wrong write in 9 of the 12; a refusal after which the agent asked the user is the
+    normal case in succeeding runs."""
+    judge = "rule.refused_write_retried"
+    writes = {s.span_id for s in writes_of(trace)}
+    if not writes:
+        return [rule_pass(judge, "No write tool was called.")]
+    if len(_user_messages(trace)) < 2:
+        return [rule_skip(judge, "The run holds fewer than two user messages: no user in the loop to go back to.")]
+    index, heard, refused = TraceIndex(trace), set(), None
+    for span in trace.spans:  # start order
+        if span.kind in ("LLM", "AGENT") and _new_user_message(span, heard):
+            refused = None
+        if span.span_id not in writes:
+            continue
+        if refused is not None:
+            step = deciding_step(refused, trace, index)
+            retry_step = deciding_step(span, trace, index)
+            tool, retried = refused.tool_name or refused.name, span.tool_name or span.name
+            issue = JudgeIssue(
+                title="A write the tool refused is retried without going back to the user",
+                detail=f"{call_said(refused, step)} With no user message since, "
+                       f"{call_said(span, retry_step).replace('The agent', 'the agent', 1)}",
+                severity="high",
+                evidence=call_evidence(refused, step) + call_evidence(span, retry_step))
+            # The refused call's step is blamed: it made the change the tool refused, and the retry went on from it.
+            return [_blame(judge, refused, step, f"`{tool}` was refused and `{retried}` was called next without "
+                                                 "the user.", issue, tool=tool, retry_span_id=span.span_id,
+                           retry_tool=retried)]
+        if failed(span):
+            refused = span
+    return [rule_pass(judge, "No refused write was retried without a user message in between.")]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# rule.write_on_closed_object
+
+
+def _objects(value, depth: int = 0) -> Iterable[dict]:
+    if depth > 8:
+        return
+    if isinstance(value, dict):
+        yield value
+        for child in value.values():
+            yield from _objects(child, depth + 1)
+    elif isinstance(value, list):
+        for child in value:
+            yield from _objects(child, depth + 1)
+
+
+def _ids(call: SpanView) -> dict[str, str]:
+    """The call's identifier arguments: `reservation_id`, `orderId`, `id` → their text values."""
+    arguments = maybe_json(call.input)
+    if not isinstance(arguments, dict):
+        return {}
+    return {str(k): str(v) for k, v in arguments.items() if isinstance(v, (str, int)) and not isinstance(v, bool)
+            and re.search(r"(?:^|_|[a-z])(?:id|Id|ID)$", str(k)) and len(str(v)) >= _VALUE_MIN}
+
+
+def _status_of(obj: dict, key: str, value: str) -> str | None:
+    """The object's status when it is the object `key: value` names (the same key, or its own `id`)."""
+    if str(obj.get(key, obj.get("id", ""))) != value:
+        return None
+    for status_key in _STATUS_KEYS:
+        status = obj.get(status_key)
+        if isinstance(status, str):
+            return status
+    return None
+
+
+def rule_write_on_closed_object(trace: TraceView, stats: dict | None = None) -> list[JudgeResult]:
+    judge = "rule.write_on_closed_object"
+    writes = writes_of(trace)
+    if not writes:
+        return [rule_pass(judge, "No write tool was called.")]
+    index, results = TraceIndex(trace), []
+    for call in writes:
+        ids = _ids(call)
+        if not ids:
+            continue
+        latest: tuple[SpanView, str, str] | None = None  # (reply span, status, the id's value)
+        for span in trace.spans:  # start order: the last match is the latest read
+            if span.kind != "TOOL" or not _before(span, call):
+                continue
+            for obj in _objects(maybe_json(span.output)):
+                for key, value in ids.items():
+                    status = _status_of(obj, key, value)
+                    if status is not None:
+                        latest = (span, status, value)
+        if latest is None or _loose(latest[1]) not in CLOSED_STATUSES:
+            continue
+        read, status, value = latest
+        step = deciding_step(call, trace, index)
+        tool, read_tool = call.tool_name or call.name, read.tool_name or read.name
+        issue = JudgeIssue(
+            title="A write is called on an object whose latest reply said it is closed",
+            detail=f"{call_said(call, step)} The latest reply about `{value}` before it, from `{read_tool}`, said "
+                   f"its status is `{status}`.",
+            severity="high", evidence=call_evidence(call, step) + [Evidence(read.span_id, status)])
+        results.append(_blame(judge, call, step, f"`{tool}` was called on `{value}`, which `{read_tool}` had said "
+                                                 f"is {status}.", issue, tool=tool, status=status,
+                              read_span_id=read.span_id))
+    if results:
+        return per_target(results)
+    return [rule_pass(judge, "No write contradicted the latest read of its object.")]
