@@ -18,7 +18,7 @@ from .selectors import attribution_summary_for_insight
 TRACES_MAX = 50
 
 
-class CandidateSerializer(serializers.Serializer):
+class AttributionCandidateSerializer(serializers.Serializer):
     agent = serializers.CharField()
     traces = serializers.IntegerField(help_text="attributed traces naming it (a candidate, or a confident answer)")
     first = serializers.IntegerField(help_text="of those, the ones where it is the top candidate")
@@ -26,7 +26,7 @@ class CandidateSerializer(serializers.Serializer):
     evidence = serializers.ListField(child=serializers.CharField(), help_text="the evidence most often weighed for it")
 
 
-class TraceCandidateSerializer(serializers.Serializer):
+class AttributionTraceCandidateSerializer(serializers.Serializer):
     agent = serializers.CharField()
     step = serializers.IntegerField(allow_null=True)
     span_id = serializers.CharField()
@@ -44,7 +44,7 @@ class TraceAttributionSerializer(serializers.Serializer):
     confidence = serializers.FloatField(allow_null=True)
     reason = serializers.CharField()
     evidence = serializers.ListField(child=serializers.CharField(), help_text="what a confident answer weighed")
-    candidates = TraceCandidateSerializer(many=True, help_text="when not confident: the top candidates")
+    candidates = AttributionTraceCandidateSerializer(many=True, help_text="when not confident: the top candidates")
 
 
 class InsightAttributionSerializer(serializers.Serializer):
@@ -57,7 +57,7 @@ class InsightAttributionSerializer(serializers.Serializer):
     unconfident_count = serializers.IntegerField()
     agents = serializers.ListField(child=serializers.DictField(), help_text="[{agent, count, mean_confidence}] over "
                                                                             "the confident answers")
-    candidates = CandidateSerializer(many=True)
+    candidates = AttributionCandidateSerializer(many=True)
     traces = TraceAttributionSerializer(many=True, source="top")
 
 

@@ -60,8 +60,11 @@ def test_walk_through_every_page(live_server, page, project, owner, settings, ax
     # with the quote marked in its content.
     page.click("[data-judge='rule.repeated_tool_call'] [data-testid=verdict-link]")
     page.wait_for_selector("[data-testid=span-detail] [data-judge='rule.repeated_tool_call']")
-    assert "billing_worker" in page.inner_text(".span-row.selected")
-    page.click("[data-testid=span-detail] [data-testid=evidence-link] >> nth=0")
+    # the repeated call is blamed on the model turn of billing_worker that issued it (issue 41), not on the tool
+    assert page.inner_text(".span-row.selected").startswith("LLM")
+    assert "billing_worker" in page.inner_text("[data-testid=span-detail]")
+    # its evidence: the step (where it names the tool), then the call's arguments and the tool's reply
+    page.click("[data-testid=span-detail] [data-testid=evidence-link] >> nth=1")
     page.wait_for_selector(".span-row.selected")
     selected = page.get_attribute(".span-row.selected", "data-span-id")
     assert f"span={selected}" in page.url
