@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.attribution.run import _examples, _label, _log
+from benchmarks.attribution.run import _examples, _label, _log, failed_examples
 
 LOO_DATASETS = ("whowhen", "tau-airline", "example-agent")
 PRIMARY = {"whowhen": "agent", "tau-airline": "step_exact", "example-agent": "agent"}
@@ -44,22 +44,10 @@ def _example_agent_examples(project, folder: Path) -> tuple[list, list[dict]]:
     """The example agent's failed traces as Examples, labelled at the first planted fault's deciding step."""
     from benchmarks.insights_real.example_agent import TRACE_PATTERN, example_agent_dataset
     from benchmarks.throwaway import dataset_import
-    from diagnosis.attribution.learned import example_build
-    from diagnosis.attribution.services import feedback_signals
-    from diagnosis.attribution.steps import goal_text, trace_steps
-    from diagnosis.services.trace_view import trace_view_build
-    from traces.models import Trace
 
     _, rows = example_agent_dataset(dest=folder, seeds=EXAMPLE_SEEDS, bug_specs=EXAMPLE_BUG_SPECS)
     dataset_import(project=project, folder=folder, pattern=TRACE_PATTERN)
-    examples = []
-    for trace in Trace.objects.filter(project=project, outcome="failure").order_by("trace_id"):
-        view = trace_view_build(trace=trace)
-        signals, _ = feedback_signals(project=project, trace=trace, view=view)
-        examples.append(example_build(trace_id=trace.trace_id, group=trace.task_id or trace.trace_id,
-                                      steps=trace_steps(view), goal=goal_text(view), signals=signals,
-                                      trace=view))
-    return _example_agent_label(examples, rows), rows
+    return _example_agent_label(failed_examples(project), rows), rows
 
 
 def _example_agent_label(examples: list, rows: list[dict]) -> list:

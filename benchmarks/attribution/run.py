@@ -60,14 +60,19 @@ def _folder(dataset: str) -> Path:
 
 def _examples(project, dataset: str) -> list:
     """Every failed trace as an Example, labels not yet attached."""
+    dataset_import(project=project, folder=_folder(dataset), pattern=DATASETS[dataset][1],
+                   **({"outcome": "failure"} if dataset == "whowhen" else {}))
+    return failed_examples(project)
+
+
+def failed_examples(project) -> list:
+    """The project's failed traces, read as attribution_compute reads them, as Examples (labels not attached)."""
     from diagnosis.attribution.learned import example_build
     from diagnosis.attribution.services import feedback_signals
     from diagnosis.attribution.steps import goal_text, trace_steps
     from diagnosis.services.trace_view import trace_view_build
     from traces.models import Trace
 
-    dataset_import(project=project, folder=_folder(dataset), pattern=DATASETS[dataset][1],
-                   **({"outcome": "failure"} if dataset == "whowhen" else {}))
     examples = []
     for trace in Trace.objects.filter(project=project, outcome="failure").order_by("trace_id"):
         view = trace_view_build(trace=trace)

@@ -9,33 +9,15 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.test import Client
 
-from clear import llm
 from diagnosis.insights.statements import statements_collect
 from diagnosis.models import Feedback
-from diagnosis.services import diagnosis_run_execute, diagnosis_run_start
 from tests.diagnosis.llm.helpers import data_block, judge_of, judge_reply
-from tests.diagnosis.support import support_desk_ingest
+from tests.diagnosis.test_run_status_honest import MODEL, REFUSED, _run, llm_project  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.django_db
 
-MODEL = "openai/clear-local-model"
-REFUSED = {"status": 400, "body": {"error": {"message": "model 'clear-local-model' not loaded", "type": "invalid"}}}
 ECHO_ISSUE = {"title": "short label of one problem", "detail": "what went wrong and why it matters",
               "severity": "medium", "evidence": []}
-
-
-@pytest.fixture
-def llm_project(project, settings, fake_llm, monkeypatch):
-    settings.CLEAR_JUDGE_MODEL = ""
-    settings.CLEAR_JUDGE_API_BASE = fake_llm.api_base
-    settings.CLEAR_JUDGE_API_KEY = "test-key"
-    monkeypatch.setattr(llm, "sleep", lambda seconds: None)
-    support_desk_ingest(project=project, bugs="all", task_ids=["refund-status", "return-policy"])
-    return project
-
-
-def _run(project, judges):
-    return diagnosis_run_execute(run=diagnosis_run_start(project=project, judges=judges, model=MODEL, enqueue=False))
 
 
 def _step_echoes(request):
