@@ -41,9 +41,14 @@ _SEPARATORS = re.compile(r"[\s_\-]+")
 CLOSED_STATUSES = frozenset({"cancelled", "canceled", "closed", "deleted", "removed", "archived", "expired",
                              "revoked", "terminated", "void", "voided", "refunded", "rejected"})
 _STATUS_KEYS = ("status", "state")
+# The title of rule.ungrounded_write_argument and rule.unnamed_write_choice (choices.py): a value the agent made up and
+# one it picked among a reply's options without telling the user are one problem with one fix (the change's values
+# come from, or are shown to, the user before the write), so their statements make one insight; the details tell
+# the two apart. Apart, on tau-airline's every-run set, they made 16 open insights where issue 28 allows 15.
+VALUE_NOT_FROM_USER = "A write passes a value the user neither gave nor was told"
 
 
-def _loose(text: str) -> str:
+def loose_text(text: str) -> str:
     """Case and separators folded: `one_way`, "One-way" and "one way" are one value."""
     return _SEPARATORS.sub(" ", text).strip().casefold()
 
@@ -67,15 +72,15 @@ def writes_of(trace: TraceView) -> list[SpanView]:
     return [s for s in trace.spans if s.kind == "TOOL" and is_write_tool(s.tool_name or s.name, verbs)]
 
 
-def _text_values(value, out: list[str], depth: int = 0) -> None:
+def text_values(value, out: list[str], depth: int = 0) -> None:
     if depth > 10:
         return
     if isinstance(value, dict):
         for child in value.values():
-            _text_values(child, out, depth + 1)
+            text_values(child, out, depth + 1)
     elif isinstance(value, list):
         for child in value:
-            _text_values(child, out, depth + 1)
+            text_values(child, out, depth + 1)
     elif isinstance(value, str):
         text = value.strip()
         # Numbers written as text ("250") are amounts the agent computes, as often as values it was given.
@@ -106,13 +111,13 @@ def first_finding(results: list[JudgeResult]) -> list[JudgeResult]:
     return [first]
 
 
-def _blame(judge: str, call: SpanView, step: SpanView | None, critique: str, issue: JudgeIssue,
+def write_blame(judge: str, call: SpanView, step: SpanView | None, critique: str, issue: JudgeIssue,
            **details) -> JudgeResult:
     target = step.span_id if step is not None else call.span_id
     return rule_fail(judge, target, critique, [issue], call_span_id=call.span_id, **details)
 
 
-def _before(span: SpanView, call: SpanView) -> bool:
+def ended_before(span: SpanView, call: SpanView) -> bool:
     return (span.end_time or span.start_time) <= call.start_time and span.span_id != call.span_id
 
 
@@ -126,14 +131,14 @@ def _sources(trace: TraceView, call: SpanView) -> tuple[str, bool]:
     parts = [value_text(trace.goal)] if trace.goal not in (None, "") else []
     heard_user = bool(parts)
     for span in trace.spans:
-        if span.kind == "TOOL" and _before(span, call):
+        if span.kind == "TOOL" and ended_before(span, call):
             parts.append(value_text(span.output))
         elif span.kind in ("LLM", "AGENT") and span.start_time <= call.start_time:
             for message in messages_of(span.input):
                 if message["role"] in USER_ROLES or message["role"] in TOOL_ROLES:
                     heard_user |= message["role"] in USER_ROLES
                     parts.append(value_text(message.get("content")))
-    return _loose("\n".join(parts)), heard_user
+    return loose_text("\n".join(parts)), heard_user
 
 
 def rule_ungrounded_write_argument(trace: TraceView, stats: dict | None = None) -> list[JudgeResult]:
@@ -148,8 +153,8 @@ def rule_ungrounded_write_argument(trace: TraceView, stats: dict | None = None) 
         if not heard_user:
             continue  # no user text recorded before the call: nothing to tell a given value from an invented one
         values: list[str] = []
-        _text_values(maybe_json(call.input), values)
-        invented = [v for v in dict.fromkeys(values) if _loose(v) not in given]
+        text_values(maybe_json(call.input), values)
+        invented = [v for v in dict.fromkeys(values) if loose_text(v) not in given]
         if not invented:
             continue
         step = deciding_step(call, trace, index)
@@ -159,11 +164,11 @@ def rule_ungrounded_write_argument(trace: TraceView, stats: dict | None = None) 
         evidence = [Evidence(step.span_id, clip(invented[0]))] if step is not None and \
             normalise(invented[0]) in normalise(value_text(step.output)) else []
         issue = JudgeIssue(
-            title="A write is called with a value that no earlier tool reply or user message gave",
+            title=VALUE_NOT_FROM_USER,
             detail=f"{call_said(call, step)} It passed {shown}, which appear{'s' if len(invented) == 1 else ''} in "
                    "no tool reply, user message or the task before the call.",
             severity="medium", evidence=evidence + call_evidence(call, step))
-        results.append(_blame(judge, call, step, f"`{tool}` was called with {shown}, given by no one.", issue,
+        results.append(write_blame(judge, call, step, f"`{tool}` was called with {shown}, given by no one.", issue,
                               tool=tool, values=invented[:5]))
     if results:
         return first_finding(results)
@@ -177,7 +182,7 @@ def rule_ungrounded_write_argument(trace: TraceView, stats: dict | None = None) 
 # rule.unconfirmed_write
 
 
-def _user_messages(trace: TraceView) -> set[str]:
+def user_messages(trace: TraceView) -> set[str]:
     """The distinct user messages the run's model turns received (a turn that resends the history counts once)."""
     return {normalise(value_text(m.get("content"))) for span in trace.spans if span.kind in ("LLM", "AGENT")
             for m in messages_of(span.input) if m["role"] in USER_ROLES}
@@ -216,7 +221,7 @@ def rule_unconfirmed_write(trace: TraceView, stats: dict | None = None) -> list[
     writes = writes_of(trace)
     if not writes:
         return [rule_pass(judge, "No write tool was called.")]
-    if len(_user_messages(trace)) < 2:
+    if len(user_messages(trace)) < 2:
         # One request and no conversation (an autonomous pipeline, a batch job): there is no one to confirm with,
         # and every write would follow a tool result. The example agent's correct refunds are such writes.
         return [rule_skip(judge, "The run holds fewer than two user messages: no user in the loop to confirm "
@@ -239,7 +244,7 @@ def rule_unconfirmed_write(trace: TraceView, stats: dict | None = None) -> list[
             detail=f"{call_said(call, step)} The turn that made it went on from a tool result "
                    f"(`{messages[-1].get('name') or messages[-1]['role']}`), with no user message in between.",
             severity="medium", evidence=call_evidence(call, step))
-        results.append(_blame(judge, call, step, f"`{tool}` changed state with no user message since the last "
+        results.append(write_blame(judge, call, step, f"`{tool}` changed state with no user message since the last "
                                                  "tool result.", issue, tool=tool))
     if results:
         return first_finding(results)
@@ -263,7 +268,7 @@ def rule_refused_write_retried(trace: TraceView, stats: dict | None = None) -> l
     writes = {s.span_id for s in writes_of(trace)}
     if not writes:
         return [rule_pass(judge, "No write tool was called.")]
-    if len(_user_messages(trace)) < 2:
+    if len(user_messages(trace)) < 2:
         return [rule_skip(judge, "The run holds fewer than two user messages: no user in the loop to go back to.")]
     index, heard, refused = TraceIndex(trace), set(), None
     for span in trace.spans:  # start order
@@ -282,7 +287,7 @@ def rule_refused_write_retried(trace: TraceView, stats: dict | None = None) -> l
                 severity="high",
                 evidence=call_evidence(refused, step) + call_evidence(span, retry_step))
             # The refused call's step is blamed: it made the change the tool refused, and the retry went on from it.
-            return [_blame(judge, refused, step, f"`{tool}` was refused and `{retried}` was called next without "
+            return [write_blame(judge, refused, step, f"`{tool}` was refused and `{retried}` was called next without "
                                                  "the user.", issue, tool=tool, retry_span_id=span.span_id,
                            retry_tool=retried)]
         if failed(span):
@@ -338,14 +343,14 @@ def rule_write_on_closed_object(trace: TraceView, stats: dict | None = None) -> 
             continue
         latest: tuple[SpanView, str, str] | None = None  # (reply span, status, the id's value)
         for span in trace.spans:  # start order: the last match is the latest read
-            if span.kind != "TOOL" or not _before(span, call):
+            if span.kind != "TOOL" or not ended_before(span, call):
                 continue
             for obj in _objects(maybe_json(span.output)):
                 for key, value in ids.items():
                     status = _status_of(obj, key, value)
                     if status is not None:
                         latest = (span, status, value)
-        if latest is None or _loose(latest[1]) not in CLOSED_STATUSES:
+        if latest is None or loose_text(latest[1]) not in CLOSED_STATUSES:
             continue
         read, status, value = latest
         step = deciding_step(call, trace, index)
@@ -355,7 +360,7 @@ def rule_write_on_closed_object(trace: TraceView, stats: dict | None = None) -> 
             detail=f"{call_said(call, step)} The latest reply about `{value}` before it, from `{read_tool}`, said "
                    f"its status is `{status}`.",
             severity="high", evidence=call_evidence(call, step) + [Evidence(read.span_id, status)])
-        results.append(_blame(judge, call, step, f"`{tool}` was called on `{value}`, which `{read_tool}` had said "
+        results.append(write_blame(judge, call, step, f"`{tool}` was called on `{value}`, which `{read_tool}` had said "
                                                  f"is {status}.", issue, tool=tool, status=status,
                               read_span_id=read.span_id))
     if results:
