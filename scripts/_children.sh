@@ -10,9 +10,22 @@ own_session() {  # only as `own_session cmd... &`: it execs, so $! is the comman
   else exec "$@"; fi
 }
 PIDS=()
+# Once a child has ended, bash reaps it (disowned or not) and its pid is free: on a busy machine the kernel soon gives
+# it to an unrelated process (pid_max is 32768 on many; a test run wraps it in minutes). Only a process whose parent
+# is this script is signalled (issue 44), and a group only while its leader is ours or gone (a live group's id is
+# never reused).
+ours() {
+  [ -r /proc/self/stat ] || return 0  # no /proc (not Linux): as before
+  local line
+  { read -r line < "/proc/$1/stat"; } 2>/dev/null || return 1
+  line=${line##*) }  # after "(comm) ": state ppid ...
+  set -- $line
+  [ "${2:-}" = "$$" ]
+}
+gone() { [ -r /proc/self/stat ] && [ ! -e "/proc/$1" ]; }
 running() {
   local pid
-  for pid in "${PIDS[@]}"; do kill -0 "$pid" 2>/dev/null && return 0; done
+  for pid in "${PIDS[@]}"; do ours "$pid" && kill -0 "$pid" 2>/dev/null && return 0; done
   return 1
 }
 wait_stopped() {  # up to $1 seconds (a second Ctrl-C sets STOP_GRACE=0 and ends the wait)
@@ -30,12 +43,14 @@ children_stop() {
   # Bash reports a background job that a signal other than SIGTERM ended ("line 18: <pid> Quit  own_session …"),
   # which reads as a crash: here they are ended on purpose, and `running` tells whether they stopped.
   for pid in "${PIDS[@]}"; do disown "$pid" 2>/dev/null || true; done
-  for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in "${PIDS[@]}"; do ! ours "$pid" || kill -TERM "$pid" 2>/dev/null || true; done
   wait_stopped "$STOP_GRACE" && return 0
-  for pid in "${PIDS[@]}"; do kill -QUIT "$pid" 2>/dev/null || true; done
+  for pid in "${PIDS[@]}"; do ! ours "$pid" || kill -QUIT "$pid" 2>/dev/null || true; done
   STOP_GRACE=1 wait_stopped 3 && return 0
   echo "The worker or the web server did not stop; killing it." >&2
-  for pid in "${PIDS[@]}"; do kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true; done
+  for pid in "${PIDS[@]}"; do
+    if ours "$pid" || gone "$pid"; then kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true; fi
+  done
   STOP_GRACE=1 wait_stopped 2 || true  # disowned: `wait` would not wait for them
 }
 # On exit the children are stopped, then the command given here runs (demo.sh: agents_stop); after Ctrl-C or a

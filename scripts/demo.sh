@@ -65,10 +65,16 @@ echo "==> serving http://$HOST:$PORT (log: $CLEAR_VAR_DIR/logs/web.log)"
 # --capture-output: what the app prints goes to web.log too, such as the password-reset mails of the console backend.
 own_session "$BIN/gunicorn" clear.wsgi:application --bind "$HOST:$PORT" --workers 2 --threads 4 --timeout 120 --graceful-timeout 5 \
   --access-logfile "$CLEAR_VAR_DIR/logs/web.log" --error-logfile "$CLEAR_VAR_DIR/logs/web.log" --capture-output &
-PIDS+=($!)
+WEB_PID=$!
+PIDS+=($WEB_PID)
 up=0
 for _ in $(seq 1 120); do
-  if "$PY" -c "import urllib.request; urllib.request.urlopen('http://$HOST:$PORT/healthz', timeout=1)" 2>/dev/null; then
+  # Only our gunicorn's answer counts: with the port taken by another server, /healthz may well answer while ours
+  # fails to bind and exits, and the demo would send its traces there and stop at once (issue 44).
+  kill -0 "$WEB_PID" 2>/dev/null || break
+  if grep -qF "Listening at: http://$HOST:$PORT " "$CLEAR_VAR_DIR/logs/web.log" 2>/dev/null &&
+     "$PY" -c "import urllib.request; urllib.request.urlopen('http://$HOST:$PORT/healthz', timeout=1)" 2>/dev/null
+  then
     up=1; break
   fi
   sleep 0.5

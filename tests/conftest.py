@@ -15,6 +15,7 @@ from tests.support.fake_llm import FakeLLMServer  # noqa: E402
 from tests.support.worker import CeleryWorkerProcess, purge_broker, use_broker  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+pytest_plugins = ["tests.support.repeat"]  # --repeat-count/--repeat-id: scripts/test.sh --repeat N
 
 # scripts/test.sh runs the suite on Postgres, then the page, API, CLI and ingestion tests again on SQLite
 # (CLEAR_TEST_DATABASE=sqlite); a test of a Postgres-only fast path (COPY, advisory locks) is marked with this.
@@ -95,11 +96,16 @@ def outsider(db):
     return _user("charlie@example.com")
 
 
-@pytest.fixture
-def project(owner, teammate):
-    project = project_create(name="Alice's agent", owner=owner)
+def project_make(*, owner, teammate, name: str = "Alice's agent"):
+    """Alice's project with Bob as a member (the `project` fixture; tests/frontend/conftest.py's seeds it once)."""
+    project = project_create(name=name, owner=owner)
     membership_add(project=project, user=teammate, role=Membership.Role.MEMBER)
     return project
+
+
+@pytest.fixture
+def project(owner, teammate):
+    return project_make(owner=owner, teammate=teammate)
 
 
 @pytest.fixture

@@ -41,6 +41,7 @@ class RunData:
     vectors: np.ndarray
     traces: dict  # str(trace pk) -> diagnosis.clustering.TraceInfo, every judged trace of the run
     model_id: str
+    recovered: set[int]  # `recovered_feedback(run=run)`, read once per build
 
 
 @dataclass
@@ -117,7 +118,7 @@ def insights_write(*, data: RunData, groups: list[Group], names: dict[int, tuple
     existing = Insight.objects.select_related("last_run").in_bulk([g.insight_id for g in groups if g.insight_id])
     ranker, judged = headline_ranker(project_id=run.project_id), {t.release for t in data.traces.values()}
     insight_of: list[Insight] = []
-    recovered = recovered_feedback(run=run)
+    recovered = data.recovered
     for index, group in enumerate(groups):
         rows = group.rows
         stats = issue_stats({str(drafts[r].trace_pk) for r in rows}, data.traces,

@@ -194,6 +194,7 @@ class _Clustered:
     other_rows: dict
     fingerprints: dict
     traces: dict
+    recovered: set[int]  # the run's feedback about errors it recovered from (persist.py `recovered_feedback`)
 
     @property
     def medoids(self) -> dict[str, str]:
@@ -229,6 +230,7 @@ def _cluster(run: DiagnosisRun, window: set[int] | None = None, upto: int | None
     statements = [Statement(id=d.key, text=d.text, node=d.node, trace_id=str(d.trace_pk), span_id=d.span_id or None,
                             severity=d.severity, source=d.judge, tool=d.tool, pattern=d.pattern) for d in drafts]
     clusters, rows_of, other_rows, raw_fingerprints = [], {}, {}, {}
+    recovered: set[int] = set()
     traces = {k: v for k, v in judged_traces(run).items() if window is None or int(k) in window}
     if drafts:
         clustering = cluster_per_node_and_system(
@@ -251,7 +253,7 @@ def _cluster(run: DiagnosisRun, window: set[int] | None = None, upto: int | None
                 raw_fingerprints[cluster.id] = fingerprint(names[cluster.id].terms, cluster.node, cluster.level)
     return _Clustered(drafts=drafts, keys=keys, vectors=vectors, embedded=embedded, model_id=embedder.model_id,
                       clusters=clusters, rows_of=rows_of, other_rows=other_rows, fingerprints=raw_fingerprints,
-                      traces=traces)
+                      traces=traces, recovered=recovered)
 
 
 def _judged_by_release(traces: dict) -> dict[str, int]:
@@ -286,6 +288,20 @@ def _build_detached(run: DiagnosisRun) -> dict:
     return summary
 
 
+def insights_run_lock(*, run_id) -> None:
+    """In a transaction that writes a run's insights, before the project's lock: the run's row, in the order the run's
+    judging takes them (services/runs.py: the run's row, then the project's through a feedback's foreign key), so that
+    the run is written in the same transaction (a refresh: refreshed_run_mark) without a deadlock."""
+    DiagnosisRun.objects.select_for_update().filter(pk=run_id).first()
+
+
+def refreshed_run_mark(*, run_id) -> None:
+    """The list changed now: committed with the insights the refresh wrote (issue 44: the Insights page read between
+    the two commits listed the new insights under "List not built yet"). The run's summary and status follow after
+    the commit."""
+    DiagnosisRun.objects.filter(pk=run_id).update(insights_finished_at=timezone.now(), insights_error="")
+
+
 def _build(run: DiagnosisRun, *, rebuild: bool, refresh: RefreshRules | None = None) -> dict:
     started = time.monotonic()
     c = _cluster(run, refresh.window, refresh.upto) if refresh else _cluster(run)
@@ -306,6 +322,7 @@ def _build(run: DiagnosisRun, *, rebuild: bool, refresh: RefreshRules | None = N
                     llm=llm_namer_build(model=model, usage=usage, wanted=wanted,
                                             project_id=run.project_id))
     with transaction.atomic():
+        insights_run_lock(run_id=run.pk)
         Project.objects.select_for_update().filter(pk=run.project_id).first()  # one writer of insights per project
         if rebuild:
             _forget_run(run)
@@ -315,7 +332,8 @@ def _build(run: DiagnosisRun, *, rebuild: bool, refresh: RefreshRules | None = N
         names = groups_name(groups=groups, drafts=drafts, vectors=vectors, llm=namer, medoids=medoids)
         groups, names = groups_title_pool(project_id=run.project_id, groups=groups, names=names)
         fingerprints = groups_fingerprints(groups=groups, names=names, drafts=drafts)
-        data = RunData(run=run, drafts=drafts, keys=c.keys, vectors=vectors, traces=traces, model_id=c.model_id)
+        data = RunData(run=run, drafts=drafts, keys=c.keys, vectors=vectors, traces=traces, model_id=c.model_id,
+                       recovered=c.recovered)
         written = insights_write(data=data, groups=groups, names=names, fingerprints=fingerprints,
                                  reopen_allowed=refresh.reopen_allowed if refresh else None)
         _duplicates_merge(run=run, written=written)
@@ -336,7 +354,9 @@ def _build(run: DiagnosisRun, *, rebuild: bool, refresh: RefreshRules | None = N
                        "output_tokens": usage.output_tokens, "errors": usage.errors},
             "seconds": round(time.monotonic() - started, 2),
         }
-        if refresh is None:  # a refresh writes its run after the commit: the run's judging writes it meanwhile
+        if refresh is not None:  # the rest of the run's state is written after the commit (insights_refresh.py)
+            refreshed_run_mark(run_id=run.pk)
+        else:
             DiagnosisRun.objects.filter(pk=run.pk).update(insights_summary=summary)
             trend_refresh(project_id=run.project_id, current_run_id=run.pk)
             insights_regressed_apply(run=run)

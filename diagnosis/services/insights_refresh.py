@@ -54,7 +54,15 @@ from diagnosis.insights.recompute import (
 from diagnosis.insights.statements import Draft, statements_collect
 from diagnosis.insights.trend import trend_refresh
 from diagnosis.models import DiagnosisRun, Feedback, Insight, InsightEvent, InsightStatement, RunTrace
-from diagnosis.services.insights import STALE_SECONDS, RESEND_SECONDS, RefreshRules, _build, _known
+from diagnosis.services.insights import (
+    RESEND_SECONDS,
+    STALE_SECONDS,
+    RefreshRules,
+    _build,
+    _known,
+    insights_run_lock,
+    refreshed_run_mark,
+)
 from diagnosis.services.insights_regressed import insights_regressed_apply
 from diagnosis.services.insights_webhooks import insights_built_webhooks_emit
 
@@ -208,8 +216,8 @@ def insights_refresh(*, run_id) -> dict | None:
     state.update(at=timezone.now().isoformat(), window=len(window), seconds=round(time.monotonic() - started, 3),
                  count=int(state.get("count", 0)) + 1)
     summary = {**(state.pop("built", None) or run.insights_summary or {}), "refresh": state}
-    # Written after the refresh's transaction, never inside it: the run's judging updates this row and then takes the
-    # project's row (a feedback's foreign key) while the refresh holds the project's lock; the other order deadlocks.
+    # Written after the refresh's transaction: its time and cleared error went in with the insights (refreshed_run_mark,
+    # the run's row locked before the project's as the run's judging locks them); the summary is computed after it.
     DiagnosisRun.objects.filter(pk=run_id).update(insights_summary=summary, insights_status="done",
                                                   insights_finished_at=timezone.now(), insights_error="")
     trend_refresh(project_id=run.project_id, current_run_id=run.pk)
@@ -286,6 +294,7 @@ def _incremental(*, run: DiagnosisRun, state: dict, window: set[int], upto: int,
     reopened: list[int] = []
     totals = judged_totals(run=run, window=window) if added else None
     with transaction.atomic():
+        insights_run_lock(run_id=run.pk)
         Project.objects.select_for_update().filter(pk=run.project_id).first()  # one writer of insights per project
         InsightStatement.objects.bulk_create([
             InsightStatement(
@@ -314,6 +323,7 @@ def _incremental(*, run: DiagnosisRun, state: dict, window: set[int], upto: int,
                                             data={"traces": occurrence.trace_count, "via": "refresh"})
             insight.save()
         insights_built_webhooks_emit(run=run, created=[], matched=[], reopened=reopened)
+        refreshed_run_mark(run_id=run.pk)
     pending = int(state.get("pending") or 0) + sum(1 for _, a in zip(drafts, assigned) if not a.joined)
     state.update(kind="incremental", feedback_max=upto, new_statements=len(drafts), joined=len(joined),
                  pending=pending, provisional=int(state.get("provisional") or 0) + len(drafts),

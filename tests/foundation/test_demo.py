@@ -15,6 +15,7 @@ from django.conf import settings
 
 from tests.conftest import free_port
 from tests.support.browser import screenshot
+from tests.support.worker import process_identity
 
 ROOT = Path(settings.BASE_DIR)
 pytestmark = pytest.mark.browser
@@ -31,7 +32,11 @@ class Demo:
 
 
 def _embedded_env(var_dir: Path) -> dict:
-    drop = {"DATABASE_URL", "REDIS_URL", "SECRET_KEY", "SECRET_KEY_FILE", "DJANGO_SETTINGS_MODULE", "DEBUG"}
+    # Also not the test run's evolution dir (tests/evolution/conftest.py sets it for this xdist worker's Celery
+    # worker): the demo keeps its jobs, releases and hot-swapped agents under its own var dir, as a user's does, and
+    # its janitor and `evolution_target stop-agents` never reach what the worker's tests left there (issue 44).
+    drop = {"DATABASE_URL", "REDIS_URL", "SECRET_KEY", "SECRET_KEY_FILE", "DJANGO_SETTINGS_MODULE", "DEBUG",
+            "CLEAR_EVOLUTION_DIR", "CLEAR_EVOLUTION_RELEASES_DIR"}
     env = {k: v for k, v in os.environ.items() if k not in drop}
     env["CLEAR_VAR_DIR"] = str(var_dir)
     return env
@@ -105,8 +110,16 @@ def _postgres_database_create(request) -> str:
     return f"{server}/{name}"
 
 
+# (start time, command line) of each session leader _demo_sessions found, by pid: by the time it is killed the
+# leader may have ended and its pid been given to an unrelated process (pid_max is 32768 here and a test run wraps
+# it in minutes), whose group a SIGKILL must not reach (issue 44).
+_LEADERS: dict[int, tuple[str, str] | None] = {}
+
+
 def _kill_sessions(sessions: set[int]) -> None:
     for session in sessions:
+        if session in _LEADERS and process_identity(session) not in (None, _LEADERS[session]):
+            continue  # that pid is another process now (a live group's id is never reused: None is still ours)
         try:
             os.killpg(session, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
@@ -124,6 +137,8 @@ def _demo_sessions(pid: int) -> set[int]:
             continue
         if int(fields[1]) == pid:
             sessions.add(int(fields[3]))
+    for session in sessions:
+        _LEADERS[session] = process_identity(session)
     return sessions
 
 

@@ -10,11 +10,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from django.test import Client
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.test import Client, override_settings
 
 from clear.projects.models import Project
+from clear.projects.services import user_get_or_create
 from diagnosis.models import DiagnosisRun
 from diagnosis.services import diagnosis_run_execute, diagnosis_run_start, rubric_create
+from tests.conftest import project_make
 from tests.diagnosis.support import ingest_otlp, support_desk_ingest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -66,9 +70,104 @@ def seed_project(project, *, judge: bool = True) -> Seeded:
     return Seeded(project=project, run=run)
 
 
+# ---- the seeded project, built once per module and worker ------------------------------------------------------
+# Seeding (two releases of the support desk ingested, rubrics, a judged run) costs seconds, and a hundred page tests
+# only read it or change it inside their own transaction. So each module's seed is made once per xdist worker in an
+# outer transaction that stays open while the module's tests run: a test's own transaction (pytest-django's `db`)
+# is a savepoint in it, rolled back after the test; the outer one is rolled back when the module is done. A test
+# that needs real commits (transactional_db, a live server, a Celery worker) cannot see uncommitted rows: it seeds
+# its own, and the outer transaction is rolled back before it runs.
+
+
+@dataclass
+class _SharedSeed:
+    connection: BaseDatabaseWrapper
+    atomic: transaction.Atomic
+    project_pk: int | None = None
+    run_pk: int | None = None
+
+
+_shared_seeds: dict[str, _SharedSeed] = {}  # module name -> its open shared seed on this worker
+
+
+def _is_transactional(item) -> bool:
+    marker = item.get_closest_marker("django_db")
+    return bool((marker and (marker.kwargs.get("transaction") or marker.kwargs.get("serialized_rollback")))
+                or {"transactional_db", "live_server", "celery_worker"} & set(item.fixturenames))
+
+
+def _shared_seed_drop(module: str) -> None:
+    shared = _shared_seeds.pop(module, None)
+    if shared is None:
+        return
+    # On the connection the seed was opened on: once a test has started Playwright (its sync API runs on greenlets),
+    # this context may have another.
+    current = connections[DEFAULT_DB_ALIAS]
+    connections[DEFAULT_DB_ALIAS] = shared.connection
+    try:
+        transaction.set_rollback(True)
+        shared.atomic.__exit__(None, None, None)
+    finally:
+        connections[DEFAULT_DB_ALIAS] = current
+
+
+@pytest.fixture(scope="module")
+def _seeded_module(request, django_db_setup, django_db_blocker):
+    module = request.module.__name__
+    if _is_transactional(request._pyfuncitem):  # the test that asked first (a module-scoped request's test)
+        yield None  # commits: it seeds its own
+        return
+    with django_db_blocker.unblock():
+        atomic = transaction.atomic()
+        atomic.__enter__()
+        shared = _shared_seeds[module] = _SharedSeed(connection=connections[DEFAULT_DB_ALIAS], atomic=atomic)
+        try:
+            with override_settings(CLEAR_JUDGE_MODEL=""):
+                owner = user_get_or_create(email="alice@example.com", password="correct horse battery staple")[0]
+                teammate = user_get_or_create(email="bob@example.com", password="correct horse battery staple")[0]
+                seed = seed_project(project_make(owner=owner, teammate=teammate))
+            shared.project_pk, shared.run_pk = seed.project.pk, seed.run.pk
+        except BaseException:
+            _shared_seed_drop(module)
+            raise
+    yield shared
+    with django_db_blocker.unblock():
+        _shared_seed_drop(module)
+
+
+@pytest.fixture(autouse=True)
+def _shared_seed_released_for_commits(request, django_db_blocker):
+    """A test that commits must not run inside a module's open shared seed: roll it back first (the module's later
+    tests then seed their own)."""
+    if _shared_seeds and _is_transactional(request.node):
+        with django_db_blocker.unblock():
+            for module in list(_shared_seeds):
+                _shared_seed_drop(module)
+    yield
+
+
+def _shared_seed(request) -> _SharedSeed | None:
+    shared = _shared_seeds.get(request.module.__name__)
+    return shared if shared is not None and "seeded" in request.fixturenames else None
+
+
 @pytest.fixture
-def seeded(project, settings) -> Seeded:
+def project(request, owner, teammate):
+    """The module's shared seeded project for a test that asks for `seeded`, else a fresh one (tests/conftest.py)."""
+    shared = _shared_seed(request)
+    if shared is not None:
+        return Project.objects.get(pk=shared.project_pk)
+    if request.module.__name__ in _shared_seeds:  # beside the module's seeded project (project names are unique)
+        return project_make(owner=owner, teammate=teammate, name="Alice's unseeded agent")
+    return project_make(owner=owner, teammate=teammate)
+
+
+@pytest.fixture
+def seeded(request, _seeded_module, project, settings) -> Seeded:
     settings.CLEAR_JUDGE_MODEL = ""
+    shared = _shared_seed(request)
+    if shared is not None and shared.project_pk == project.pk:
+        return Seeded(project=project, run=DiagnosisRun.objects.get(pk=shared.run_pk))
     return seed_project(project)
 
 

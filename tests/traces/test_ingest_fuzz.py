@@ -6,9 +6,9 @@ endpoint. Every response must be below 500; OTLP's accepted + rejectedSpans equa
 the Span rows the request created); Langfuse's 207 names every event sent; every 20th request's spans read back
 through /api/v1/traces/{id}/.
 
-Each endpoint kind gets CLEAR_FUZZ_EXAMPLES generated requests (default 2,000, the .ci/run profile); a longer profile
-is `CLEAR_FUZZ_EXAMPLES=10000` (30,000 requests, 7 minutes on Postgres). The totals (requests per kind, 5xx count, seconds) are written to the terminal
-at the end of the module. Two explicit tests ingest a 100,000-character span name and a 5,000-span trace, then render
+Each endpoint kind gets CLEAR_FUZZ_EXAMPLES generated requests (default 2,000: .ci/run's Postgres pass; its SQLite
+pass sets 500, scripts/test.sh); a longer profile is `CLEAR_FUZZ_EXAMPLES=10000` (30,000 requests, 7 minutes on
+Postgres). The totals (requests per kind, 5xx count, seconds) are written to the terminal at the end of the module. Two explicit tests ingest a 100,000-character span name and a 5,000-span trace, then render
 the trace page and the API and run the rule judges over them."""
 
 import base64
