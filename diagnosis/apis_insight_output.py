@@ -1,12 +1,14 @@
 """The body of an insight in the REST API: its figures, its failure association (as the insight page words it) and
-its ticket. Lists serialize a page with `insight_rows`, which reads the association facts and tickets of the whole
-page in a few queries."""
+its ticket; one insight also its attribution (where its failing traces went wrong). Lists serialize a page with
+`insight_rows`, which reads the association facts and tickets of the whole page in a few queries."""
 
 from django.urls import reverse
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from clear.projects.models import Project
+from diagnosis.attribution.apis import AttributionCandidateSerializer
+from diagnosis.attribution.selectors import attribution_brief_for_insight
 from diagnosis.models import Insight
 from diagnosis.selectors.association import OutcomeShares, insight_outcome_shares_map
 from diagnosis.selectors.insights import insight_release_figures
@@ -166,6 +168,45 @@ class InsightOutputSerializer(serializers.ModelSerializer):
         return {"id": ticket.pk, "status": ticket.status, "external_number": ticket.external_number,
                 "external_url": ticket.external_url,
                 "url": reverse("tickets:ticket-detail", kwargs={"ticket_id": ticket.pk})}
+
+
+class InsightAttributionStepSerializer(serializers.Serializer):
+    trace_id = serializers.CharField()
+    step_index = serializers.IntegerField(allow_null=True)
+    span_id = serializers.CharField()
+    confidence = serializers.FloatField(allow_null=True)
+    evidence = serializers.ListField(child=serializers.CharField(), help_text="what the answer weighed")
+
+
+class InsightAttributionBriefSerializer(serializers.Serializer):
+    confident = serializers.BooleanField(help_text="whether one agent is blamed: most confident answers name it")
+    blamed = serializers.CharField(allow_null=True, help_text="that agent; null when not confident")
+    step = InsightAttributionStepSerializer(
+        allow_null=True, help_text="when confident: the blamed agent's step in its most confident answer; null "
+                                   "otherwise")
+    candidates = AttributionCandidateSerializer(
+        many=True, help_text="when not confident: the top candidates with the evidence for each; empty otherwise")
+    failing = serializers.IntegerField(help_text="the insight's failing traces")
+    attributed = serializers.IntegerField(help_text="of those, the ones with an attribution")
+    confident_count = serializers.IntegerField()
+    unconfident_count = serializers.IntegerField()
+
+
+class InsightDetailOutputSerializer(InsightOutputSerializer):
+    """One insight (GET /api/v1/insights/<id>/): the list's body plus its attribution, which a page of insights
+    leaves to GET /api/v1/insights/<id>/attribution/."""
+
+    attribution = serializers.SerializerMethodField(
+        help_text="where the insight's failing traces went wrong (issue 42): one blamed agent and its step only when "
+                  "confident, else no agent and the candidates with their evidence; the full answer per trace is at "
+                  "GET /api/v1/insights/<id>/attribution/")
+
+    class Meta(InsightOutputSerializer.Meta):
+        fields = [*InsightOutputSerializer.Meta.fields, "attribution"]
+
+    @extend_schema_field(InsightAttributionBriefSerializer)
+    def get_attribution(self, insight: Insight) -> dict:
+        return attribution_brief_for_insight(project=insight.project, insight=insight)
 
 
 def insight_rows(*, project: Project, insights: list[Insight], nested: bool = False,

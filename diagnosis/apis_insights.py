@@ -15,7 +15,7 @@ from rest_framework.response import Response
 from clear.api.base import ProjectApi
 from clear.api.fields import POSTGRES_BIGINT_MAX
 from clear.api.pagination import PAGINATION_PARAMETERS, page_body, paginate, paginated
-from diagnosis.apis_insight_output import InsightOutputSerializer, insight_rows
+from diagnosis.apis_insight_output import InsightDetailOutputSerializer, InsightOutputSerializer, insight_rows
 from diagnosis.models import DiagnosisRun, Insight
 from diagnosis.selectors import insight_evidence_list, insight_get, insight_list, insight_statement_list
 from diagnosis.selectors.expired_evidence import insight_evidence_expired_list
@@ -82,11 +82,12 @@ class InsightListApi(ProjectApi):
 
 
 class InsightDetailApi(ProjectApi):
-    """One insight, with its failure association and its ticket, as the insight page shows them."""
+    """One insight, with its failure association, its ticket and its attribution, as the insight page shows them."""
 
-    @extend_schema(operation_id="insights_retrieve", responses=InsightOutputSerializer)
+    @extend_schema(operation_id="insights_retrieve", responses=InsightDetailOutputSerializer)
     def get(self, request: Request, insight_id: int) -> Response:
-        return Response(InsightOutputSerializer(insight_get(project=self.project(request), insight_id=insight_id)).data)
+        insight = insight_get(project=self.project(request), insight_id=insight_id)
+        return Response(InsightDetailOutputSerializer(insight).data)
 
 
 class InsightEvidenceListApi(ProjectApi):

@@ -69,7 +69,7 @@ def row_confident(*, status: str, details: dict | None) -> bool:
             and not details.get("low_confidence"))
 
 
-def _summary(*, failing: int, rows: list[dict], top: int) -> dict:
+def _summary(*, failing: int, rows: list[dict], top: int | None) -> dict:
     confident_rows = [r for r in rows if r["confident"]]
     by_agent: dict[str, list[dict]] = defaultdict(list)
     for row in confident_rows:
@@ -93,7 +93,9 @@ def _summary(*, failing: int, rows: list[dict], top: int) -> dict:
             entry["first"] += rank == 0
             entry["share"] += float(candidate.get("share") or 0.0)
             entry["evidence"].update(candidate.get("evidence") or [])
-    ranked = sorted(candidates.values(), key=lambda c: (-c["share"], -c["first"], c["agent"]))
+    # Ranked as the confident answers are (most traces first), then by share: a candidate on top of most traces
+    # leads one that is top in one trace with a large share.
+    ranked = sorted(candidates.values(), key=lambda c: (-c["first"], -c["share"], c["agent"]))
     for entry in ranked:
         entry["mean_share"] = round(entry.pop("share") / max(1, len(rows)), 3)
         entry["evidence"] = [text for text, _ in entry["evidence"].most_common(3)]
@@ -114,7 +116,7 @@ def _candidates(details: dict) -> list[dict]:
 
 
 def attribution_summary_map(*, project: Project, insight_ids: Iterable[int],
-                            top: int = SUMMARY_TOP_ROWS) -> dict[int, dict]:
+                            top: int | None = SUMMARY_TOP_ROWS) -> dict[int, dict]:
     """{insight pk: summary} (see attribution_summary_for_insight) for many insights in two queries: the failing
     traces each insight holds statements of, and those traces' attributions, one per trace."""
     insight_ids = list(insight_ids)
@@ -160,7 +162,8 @@ def attribution_summary_map(*, project: Project, insight_ids: Iterable[int],
             for insight_id in insight_ids}
 
 
-def attribution_summary_for_insight(*, project: Project, insight: Insight, top: int = SUMMARY_TOP_ROWS) -> dict:
+def attribution_summary_for_insight(*, project: Project, insight: Insight,
+                                    top: int | None = SUMMARY_TOP_ROWS) -> dict:
     """Where the insight's failing traces went wrong: {"failing": its failing member traces, "attributed": those
     with an attribution (confident, or unconfident with candidates; the preferred method's when several attributed
     a trace), "confident": whether one agent is blamed ("blamed": it, the agent most of the confident answers name;
@@ -172,3 +175,22 @@ def attribution_summary_for_insight(*, project: Project, insight: Insight, top: 
     if insight.project_id != project.pk:
         return _summary(failing=0, rows=[], top=top)
     return attribution_summary_map(project=project, insight_ids=[insight.pk], top=top)[insight.pk]
+
+
+def attribution_brief_for_insight(*, project: Project, insight: Insight) -> dict:
+    """The insight's attribution as the insight detail API shows it beside its figures: {"confident", "blamed" (the
+    agent, null when not confident), "step" (when confident: the most confident answer naming that agent, {trace_id,
+    step_index, span_id, confidence, evidence}; else null), "candidates" (when not confident: [{agent, traces,
+    first, mean_share, evidence}]; else empty), "failing", "attributed", "confident_count", "unconfident_count"}.
+    Never one agent without confidence: the candidates speak instead."""
+    # every row (top=None), so the blamed agent's best answer is among them whatever the other agents' confidences
+    summary = attribution_summary_for_insight(project=project, insight=insight, top=None)
+    step = None
+    if summary["confident"]:
+        # `top` is ordered confident first, most confident first: the blamed agent's best answer
+        row = next(r for r in summary["top"] if r["confident"] and r["agent"] == summary["blamed"])
+        step = {"trace_id": row["trace_id"], "step_index": row["step_index"], "span_id": row["span_id"],
+                "confidence": row["confidence"], "evidence": row["evidence"]}
+    return {"confident": summary["confident"], "blamed": summary["blamed"], "step": step,
+            "candidates": [] if summary["confident"] else summary["candidates"],
+            **{key: summary[key] for key in ("failing", "attributed", "confident_count", "unconfident_count")}}

