@@ -7,7 +7,7 @@ Causes (stored with judge errors and run error entries, so that a run can group 
 * `invalid_output`: replies that were not the JSON asked for, still after the one repair request.
 * `invalid_output:length`: the reply was cut by the output token limit, also after one retry with the limit doubled.
 * `invalid_output:echo`: a field of the reply copies the prompt's instructions or example
-  (diagnosis/judges/llm/echo.py), also after the one repair request.
+  (clear/text_echo.py), also after the one repair request.
 * `invalid_output:inconsistent`: a verdict whose label and score disagree (fail with a score above 0.5, pass below
   it), also after the one repair request.
 * `provider_error`: any other error the provider answered with (400, 401, 404...): a retry would get the same.

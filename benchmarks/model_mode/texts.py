@@ -64,19 +64,22 @@ def _names(*, project) -> dict:
 
 
 def _must_be_zero(*, run, project) -> dict:
-    """The benchmark's own checks of what was shown: statements echoing a judge prompt; model titles and root
-    causes naming an entity absent from their evidence (the statements of the insight, the trace's spans)."""
+    """The benchmark's own checks of what was shown: statements echoing a judge prompt; model titles (insight names
+    and the judges' issue titles) and root causes naming an entity absent from their evidence (the statements of the
+    insight; the trace's spans: names, nodes, tools, input, output, status messages), longer than the title limit or
+    naming no failure;
+    root causes quoting a value their cited span does not hold; the judges' critiques and issue details naming an
+    absent entity. Independent of the judges' own records: recomputed from what is stored and shown."""
     from diagnosis.insights.statements import statements_collect
-    from diagnosis.judges.llm.echo import echo_of
-    from diagnosis.judges.llm.grounding import grounding_evidence, names_in
+    from clear.text_echo import echo_of
+    from clear.text_grounding import TITLE_MAX_CHARS, grounding_evidence, names_failure, names_in
     from diagnosis.judges.llm.reply_checks import judge_reference
     from diagnosis.models import Feedback, Insight, InsightStatement
-    from traces.models import Span
 
     references = [judge_reference(judge) for judge in ("llm.step", "llm.trace", "llm.trace_window")]
     echoes = [d.text for d in statements_collect(run=run)
               if any(echo_of(text=d.text, reference=reference) for reference in references)]
-    absent_titles = []
+    absent_titles, long_titles, no_failure_titles = [], [], []
     for insight in Insight.objects.filter(project=project, is_other=False, naming_source="llm"):
         texts = list(InsightStatement.objects.filter(node_insight=insight).values_list("text", flat=True)[:200]) + \
             list(InsightStatement.objects.filter(system_insight=insight).values_list("text", flat=True)[:200])
@@ -84,21 +87,67 @@ def _must_be_zero(*, run, project) -> dict:
         missing = [name for name in names_in(insight.title) if not evidence.holds(name)]
         if missing:
             absent_titles.append({"title": insight.title, "absent": missing})
-    absent_causes = []
-    for row in Feedback.objects.filter(run=run, judge="llm.trace", status__in=("ok", "truncated")).values(
-            "trace_id", "details"):
+        if len(insight.title) > TITLE_MAX_CHARS:
+            long_titles.append(insight.title)
+        if not names_failure(insight.title, evidence=evidence):
+            no_failure_titles.append(insight.title)
+    absent_causes, unquoted_causes, absent_texts = [], [], []
+    for row in Feedback.objects.filter(run=run, judge__in=("llm.step", "llm.trace"),
+                                       status__in=("ok", "truncated")).values("trace_id", "judge", "details",
+                                                                              "critique", "issues"):
+        trace, spans = _trace_texts(trace_id=row["trace_id"])
+        for issue in row["issues"] or []:
+            title = str(issue.get("title", ""))
+            missing = [name for name in names_in(title) if not trace.holds(name)]
+            if missing:
+                absent_titles.append({"title": title[:200], "absent": missing, "judge": row["judge"]})
+            if len(title) > TITLE_MAX_CHARS:
+                long_titles.append(title[:200])
+            if not names_failure(title, evidence=trace):
+                no_failure_titles.append(title[:200])
+        for text in [row["critique"], *(str(i.get("detail", "")) for i in row["issues"] or [])]:
+            missing = [name for name in names_in(str(text or "")) if not trace.holds(name)]
+            if missing:
+                absent_texts.append({"text": str(text)[:200], "absent": missing, "judge": row["judge"]})
         cause = (row["details"] or {}).get("root_cause") or {}
-        if not cause or cause.get("text_source") == "computed":
+        if row["judge"] != "llm.trace" or not cause or cause.get("text_source") == "computed":
             continue
-        spans = Span.objects.filter(trace_id=row["trace_id"]).values_list("name", "node", "tool_name", "input",
-                                                                          "output", "status_message")
-        evidence = grounding_evidence(texts=[" ".join(str(v) for v in span if v) for span in spans])
-        missing = [name for name in names_in(str(cause.get("reason", ""))) if not evidence.holds(name)]
+        reason = str(cause.get("reason", ""))
+        missing = [name for name in names_in(reason) if not trace.holds(name)]
         if missing:
-            absent_causes.append({"reason": str(cause.get("reason", ""))[:200], "absent": missing})
+            absent_causes.append({"reason": reason[:200], "absent": missing})
+        cited = spans.get(str(cause.get("span_id")))
+        unfound = [q for q in quotes_in(reason) if cited is None or not cited.holds(q)]
+        if unfound:
+            unquoted_causes.append({"reason": reason[:200], "quotes": unfound})
     return {"echo_statements": len(echoes), "echo_examples": echoes[:EXAMPLES],
             "titles_naming_absent_entities": len(absent_titles), "title_examples": absent_titles[:EXAMPLES],
-            "root_causes_naming_absent_entities": len(absent_causes), "root_cause_examples": absent_causes[:EXAMPLES]}
+            "titles_over_limit": len(long_titles), "long_title_examples": long_titles[:EXAMPLES],
+            "titles_naming_no_failure": len(no_failure_titles),
+            "no_failure_title_examples": no_failure_titles[:EXAMPLES],
+            "root_causes_naming_absent_entities": len(absent_causes), "root_cause_examples": absent_causes[:EXAMPLES],
+            "root_causes_quoting_absent_values": len(unquoted_causes),
+            "unquoted_root_cause_examples": unquoted_causes[:EXAMPLES],
+            "verdict_texts_naming_absent_entities": len(absent_texts), "verdict_text_examples": absent_texts[:EXAMPLES]}
+
+
+def _trace_texts(*, trace_id):
+    """(the trace's evidence, each span's evidence by span id): the spans' names, nodes, tools, input, output and
+    status messages, as stored."""
+    from clear.text_grounding import grounding_evidence
+    from traces.models import Span
+
+    rows = Span.objects.filter(trace_id=trace_id).values_list("span_id", "name", "node", "tool_name", "input",
+                                                              "output", "status_message")
+    texts = {span_id: " ".join(str(v) for v in values if v) for span_id, *values in rows}
+    return (grounding_evidence(texts=list(texts.values())),
+            {span_id: grounding_evidence(texts=[text]) for span_id, text in texts.items()})
+
+
+def quotes_in(text: str) -> list[str]:
+    from clear.text_grounding import quotes_in as quoted
+
+    return quoted(text)
 
 
 def text_lines(report: dict) -> list[str]:
@@ -110,6 +159,15 @@ def text_lines(report: dict) -> list[str]:
             lines.append(f"    e.g. {example}")
     zero = report.get("zero_expected") or {}
     lines.append(f"  echo statements: {zero.get('echo_statements', '?')}; model titles naming absent entities: "
-                 f"{zero.get('titles_naming_absent_entities', '?')}; model root causes naming absent entities: "
-                 f"{zero.get('root_causes_naming_absent_entities', '?')} (each should be 0)")
+                 f"{zero.get('titles_naming_absent_entities', '?')}; model titles over the limit: "
+                 f"{zero.get('titles_over_limit', '?')}; naming no failure: "
+                 f"{zero.get('titles_naming_no_failure', '?')}; model root causes naming absent entities: "
+                 f"{zero.get('root_causes_naming_absent_entities', '?')}; quoting absent values: "
+                 f"{zero.get('root_causes_quoting_absent_values', '?')}; critiques and details naming absent "
+                 f"entities: {zero.get('verdict_texts_naming_absent_entities', '?')} (each should be 0)")
+    for key in ("echo_examples", "title_examples", "long_title_examples", "no_failure_title_examples",
+                "root_cause_examples",
+                "unquoted_root_cause_examples", "verdict_text_examples"):
+        for example in zero.get(key) or []:
+            lines.append(f"    {key[:-9]}: {example}")
     return lines

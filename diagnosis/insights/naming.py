@@ -67,11 +67,11 @@ _INSTRUCTION_WORDS = ("80 characters", "names the failure", "plain words", "from
 
 def naming_problems(reply, *, evidence=None) -> list[str]:
     """Schema problems, a field that copies the prompt's example or instructions instead of naming the cluster (the
-    judges' echo check, diagnosis/judges/llm/echo.py), and with `evidence` (naming_evidence) a text that is not
-    grounded in the cluster's statements (diagnosis/judges/llm/grounding.py): a title over 80 characters, naming no
+    judges' echo check, clear/text_echo.py), and with `evidence` (naming_evidence) a text that is not
+    grounded in the cluster's statements (clear/text_grounding.py): a title over 80 characters, naming no
     failure, or naming an agent, tool or quoted value the statements do not hold."""
-    from diagnosis.judges.llm.echo import ECHO_MARK, echo_problems, echo_reference, text_fields
-    from diagnosis.judges.llm.grounding import grounding_problems
+    from clear.text_echo import ECHO_MARK, echo_problems, echo_reference, text_fields
+    from clear.text_grounding import grounding_problems
     from diagnosis.judges.llm.schema import validate
 
     problems = validate(reply, NAMING_SCHEMA)
@@ -94,7 +94,7 @@ def naming_problems(reply, *, evidence=None) -> list[str]:
 def naming_evidence(request, *, tasks: list[str] = ()):
     """What a cluster's name may draw on: its statements (medoid and examples), nodes and distinctive terms; and the
     tasks of its traces, which a title must not restate."""
-    from diagnosis.judges.llm.grounding import grounding_evidence
+    from clear.text_grounding import grounding_evidence
 
     cluster = request.cluster
     return grounding_evidence(texts=[request.medoid_text, *request.example_texts, cluster.node or "",
@@ -210,8 +210,8 @@ def _call(*, endpoint: LlmEndpoint, messages: list[dict], usage: NamingUsage,
           check: Check) -> tuple[dict | None, str]:
     """(the valid name, "") or (None, "") when the call failed (counted, the reason kept in usage.errors), or
     (None, reason) when the model's text still echoed the prompt or was not grounded after the repair."""
-    from diagnosis.judges.llm.echo import ECHO_MARK
-    from diagnosis.judges.llm.grounding import GROUNDING_MARK
+    from clear.text_echo import ECHO_MARK
+    from clear.text_grounding import GROUNDING_MARK
 
     try:
         reply = llm_json_complete(

@@ -3,9 +3,12 @@
 Read-only roles get the role prompt, the request and the relevant files (see litellm_context) and answer with the
 role's JSON. The implementer answers with the same JSON plus `edits` (search/replace, see litellm_edits); the backend
 validates every edit against the workdir and only then writes them all. An invalid reply (not JSON, schema errors,
-edits that do not apply) gets exactly one repair request carrying the problems; a second invalid reply fails the role
-with those problems in RoleResult.error and the workdir untouched. The call, its retries, the JSON parsing and the
-repair request are the shared LLM client's (clear/llm.py); this backend adds the deadline and cancel().
+edits that do not apply, an implementer summary naming what neither the request, the files shown nor the edits hold:
+evolution/summary_grounding.py) gets exactly one repair request carrying the problems; a second invalid reply fails
+the role with those problems in RoleResult.error and the workdir untouched, except when only the summary is still
+ungrounded: the edits are applied and the implement stage shows the diff's computed summary instead (issue 43). The
+call, its retries, the JSON parsing and the repair request are the shared LLM client's (clear/llm.py); this backend
+adds the deadline and cancel().
 
 Config: model (required; a LiteLLM model string), api_base, api_key_env (the variable holding the key, read from the
 request's env, else the process env), temperature (0), max_files (8), max_file_bytes (100 000), max_total_bytes
@@ -37,7 +40,9 @@ from clear.llm import LlmEndpoint, LlmReply, LlmUsage, cost_usd, litellm_load, l
 from clear.llm_errors import llm_error_cause
 from clear.llm_limits import (EVOLUTION_ROLE_MAX_TOKENS, llm_limits_from_settings, max_tokens_capped,
                               structured_output_mode)
+from clear.text_grounding import GROUNDING_MARK
 from evolution.errors import BackendError
+from evolution.summary_grounding import implementer_summary_evidence, implementer_summary_problems
 
 from .base import Access, CodingBackend, Preflight, RoleRequest, RoleResult
 from .key_env import api_key_env_check
@@ -173,6 +178,7 @@ class _Run:
         self.raw = ""
         self.model = backend.model
         self.writes: list = []
+        self.messages: list[dict] = []
 
     def result(self, *, exit_code: int, error: str = "", output: dict | None = None,
                timed_out: bool = False) -> RoleResult:
@@ -200,11 +206,15 @@ class _Run:
         messages = self._messages()
         self._log({"event": "request", "role": str(request.role), "iteration": request.iteration,
                    "round": request.round, "access": str(request.access), "messages": messages})
+        self.messages = messages
         reply = llm_json_complete(messages=messages, complete=self._complete, check=self._check, repair_chars=3000,
                                   on_reply=self._logged_reply)
-        if reply.problems:
+        fatal = [problem for problem in reply.problems if GROUNDING_MARK not in problem]
+        if fatal:
             return self.result(exit_code=EXIT_FAILED,
                                error="rejected after one repair round: " + "; ".join(reply.problems)[:2000])
+        if reply.problems:  # only the summary is still ungrounded: the edits stand, the stage replaces the summary
+            self._log({"event": "summary_not_grounded", "problems": reply.problems})
         output = {key: item for key, item in reply.value.items() if key != "edits"}
         if self.edit_mode:
             try:
@@ -242,7 +252,13 @@ class _Run:
         limits = self.backend.limits
         self.writes, problems = edits_plan(workdir=self.request.workdir, edits=edits,
                                            max_file_bytes=limits["max_file_bytes"], max_files=limits["max_edit_files"])
-        return problems
+        if problems:
+            return problems
+        # The summary the job page shows names only what the request, the files shown and the edits hold (issue 43).
+        evidence = implementer_summary_evidence(texts=[
+            *(message["content"] for message in self.messages),
+            *(text for write in self.writes for text in (write.relative, write.content, write.original or ""))])
+        return implementer_summary_problems(output=value, evidence=evidence)
 
     # -- the model call ----------------------------------------------------------------------------------------
 

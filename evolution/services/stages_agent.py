@@ -17,6 +17,7 @@ from evolution.services.roles import code_review_decision, data_block, role_run
 from evolution.services.stages import advance, finish
 from evolution.services.trials import StopRequested, command_run, job_is_stopping
 from evolution.services.workspace import StopGuard, artifact_json, artifact_store, job_paths, worktree_at
+from evolution.summary_grounding import changed_file_texts, implementer_output_grounded
 
 S = JobState
 # A CLI's stream-json stdout runs to tens of megabytes (evolution/backends/external.py caps it at 20 M characters).
@@ -164,7 +165,8 @@ def implement(*, job: EvolutionJob, stage_run: StageRun, iteration: int, round_:
     if rejected:
         parts.append("The previous implementation was rejected and discarded. Address every issue below.")
         parts.append(data_block("rejection_feedback", rejected[-1]))
-    outcome = _run(job, stage_run, Role.IMPLEMENTER, it, round_, "\n\n".join(parts))
+    request = "\n\n".join(parts)
+    outcome = _run(job, stage_run, Role.IMPLEMENTER, it, round_, request)
     if outcome is None:
         return "ended"
     if outcome.problem or outcome.output.get("status") != "DONE":
@@ -183,8 +185,11 @@ def implement(*, job: EvolutionJob, stage_run: StageRun, iteration: int, round_:
     it.save(update_fields=["candidate_commit", "patch_sha256"])
     artifact_store(job=job, iteration=it, stage_run=stage_run, kind="patch", name=f"patch-{round_}.diff",
                    content=diff, mime="text/x-diff")
+    # The summary is shown on the job page: grounded in the request and the patch, or replaced (issue 43).
+    shown = implementer_output_grounded(output=outcome.output, diff=diff,
+                                        evidence_texts=[request, *changed_file_texts(worktree=worktree, diff=diff)])
     artifact_store(job=job, iteration=it, stage_run=stage_run, kind="implementer", name=f"implementer-{round_}.json",
-                   content=outcome.output)
+                   content=shown)
     advance(job=job, to_state=S.CODE_REVIEW, event="implemented", stage="code_review", iteration=it.n, round=round_,
             data={"commit": commit})
 

@@ -43,6 +43,14 @@ def _stranger() -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
 
 
+
+def _reap(*processes: subprocess.Popen) -> None:
+    """Kill what a test started and is still running, with its session."""
+    for process in processes:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
 def test_the_demo_stop_signals_only_its_own_children():
     stranger = _stranger()
     script = subprocess.Popen(["bash", "-c", STOP, "stop", str(ROOT), str(stranger.pid)], stdin=subprocess.PIPE,
@@ -58,10 +66,7 @@ def test_the_demo_stop_signals_only_its_own_children():
         assert not _alive(child), "the demo's own child outlived the stop"
         assert stranger.poll() is None, "the stop signalled a process the demo did not start"
     finally:
-        for process in (stranger, script):
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+        _reap(stranger, script)
 
 
 def test_a_demo_session_whose_pid_names_another_process_now_is_not_killed():
@@ -75,7 +80,4 @@ def test_a_demo_session_whose_pid_names_another_process_now_is_not_killed():
         time.sleep(0.2)
         assert stranger.poll() is None, "a session id whose pid was given to another process was killed"
     finally:
-        for process in (leader, stranger):
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+        _reap(leader, stranger)

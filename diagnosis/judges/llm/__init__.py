@@ -11,7 +11,9 @@ Returns JudgeResults (diagnosis/judges/contract.py):
 * "rubric.<id>" (target None), one per rubric — the caller's and, with generated_rubrics, "gen-1".."gen-5" —
   evaluated in the trace judge's call: score 1 pass / 0 fail / None uncertain;
 * "llm.step" (target = span id), one per LLM, TOOL and AGENT span (the root AGENT span is the trace judge's);
-* "rubric.generated" only when rubric generation failed or was skipped (no goal).
+* "rubric.generated" only when rubric generation failed, was skipped (no goal), or some generated rubrics were
+  dropped for naming what neither the goal nor the trace holds (status "skipped", the reasons in
+  details["ungrounded"]; rubric_grounding.py).
 
 A judge that fails returns status "error" (or "skipped" with error "budget exhausted"), score None, never 0.
 Exceptions raised by the caller's budget object (a cancelled run) propagate; cache callbacks that raise are

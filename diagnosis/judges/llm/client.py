@@ -22,9 +22,9 @@ from dataclasses import dataclass
 
 from clear.llm import Check, LlmReply, LlmUsage, cost_usd, llm_complete, llm_json_complete, tokens_estimate
 from clear.llm_errors import llm_error_cause
+from clear.text_grounding import GROUNDING_MARK
 
 from .config import LlmJudgeConfig
-from .grounding import GROUNDING_MARK
 from .prompts import PROMPT_VERSIONS
 from .reply_checks import invalid_output_cause
 from .schema import validate

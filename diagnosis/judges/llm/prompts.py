@@ -22,7 +22,7 @@ PROMPT_VERSIONS = {
     STEP_JUDGE: "step-v2",
     TRACE_JUDGE: "trace-v2",
     WINDOW_JUDGE: "trace-window-v2",
-    RUBRIC_GEN_JUDGE: "rubric-gen-v2",
+    RUBRIC_GEN_JUDGE: "rubric-gen-v3",
 }
 
 DATA_OPEN = "<trace_data>"
@@ -41,7 +41,7 @@ _DATA_RULES = (
 
 # Every reply's shape is described in prose and shown by an example from another agent (a library's loan desk),
 # never by a template whose values are descriptions: small models copy such values back as their findings
-# ("short label of one problem"; issue 43). The example's texts are part of the echo check's reference (echo.py):
+# ("short label of one problem"; issue 43). The example's texts are part of the echo check's reference (clear/text_echo.py):
 # a reply that copies them, or the instructions, is asked again and then recorded as invalid_output:echo.
 _ISSUE_RULES = (
     "An issue has a title (one problem in under 80 characters: what went wrong and where, naming the tool or agent "
@@ -182,13 +182,16 @@ RUBRIC_GEN_SYSTEM = f"""You write evaluation rubrics for Clear, a tool that diag
 
 {_DATA_RULES}
 
-The data has "goal": the task an agent was given. Write 3 rubrics for a simple task, 4 for a medium one and 5 \
-for a complex one. Each rubric is one testable criterion that a reviewer can check as pass/fail by reading the \
-agent's trace: what must be done, said or avoided for the task to be handled well. Base them on the goal only.
+The data has "goal": the task an agent was given, and "agents" and "tools": the names of the agents and tools \
+its trace records. Write 3 rubrics for a simple task, 4 for a medium one and 5 for a complex one. Each rubric is \
+one testable criterion that a reviewer can check as pass/fail by reading the agent's trace: what must be done, said \
+or avoided for the task to be handled well. Base them on the goal only. Name no agent or tool other than those \
+listed, and quote no value that the goal does not contain: a rubric that does is rejected.
 
 Return one JSON object with the key rubrics: a list of rubrics, each with a name (a few words) and a text (the \
 criterion).
-An example reply, for the goal "Renew my loan of The Hobbit": {_example(RUBRIC_GEN_EXAMPLE)}
+An example reply, for the goal "Renew my loan of The Hobbit" and the tools ["find_member", "renew_loan"]: \
+{_example(RUBRIC_GEN_EXAMPLE)}
 {_EXAMPLE_NOTE} Reply with the JSON object only."""
 
 SYSTEM_PROMPTS = {

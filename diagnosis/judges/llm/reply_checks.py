@@ -1,5 +1,5 @@
 """What a schema-valid judge reply must also satisfy before it becomes a verdict (issue 43): no field copies the prompt
-(echo.py), and every verdict agrees with its score.
+(clear/text_echo.py), and every verdict agrees with its score.
 
 Consistency rule: "fail" ⇒ score ≤ 0.5, "pass" ⇒ score ≥ 0.5 ("uncertain" takes any score; 0.5 is "partly wrong"
 on the prompts' scale, so it may go with either). A reply breaking either rule gets the one repair request with the
@@ -12,8 +12,9 @@ from __future__ import annotations
 from functools import lru_cache
 
 from clear.llm_errors import ECHO, INCONSISTENT, INVALID_OUTPUT
+from clear.text_echo import ECHO_MARK, EchoReference, echo_problems, echo_reference, text_fields
+from clear.text_grounding import GROUNDING_MARK
 
-from .echo import ECHO_MARK, EchoReference, echo_problems, echo_reference, text_fields
 from .prompts import (RUBRIC_GEN_EXAMPLE, RUBRIC_GEN_JUDGE, STEP_EXAMPLE, STEP_JUDGE, SYSTEM_PROMPTS, TRACE_EXAMPLE,
                       TRACE_JUDGE, WINDOW_EXAMPLE, WINDOW_JUDGE)
 
@@ -78,8 +79,10 @@ def reply_problems(*, judge: str, output: dict) -> list[str]:
 
 def invalid_output_cause(problems: list[str]) -> str:
     """The cause of a reply still rejected after its repair: plain invalid output (schema, coverage) first, then an
-    echo, then a contradiction."""
-    kinds = [ECHO if ECHO_MARK in p else INCONSISTENT if INCONSISTENT_MARK in p else INVALID_OUTPUT for p in problems]
+    echo, then a contradiction. Ungrounded texts (clear/text_grounding.py) are no cause: alone they never fail a call, and
+    beside an echo they must not hide it."""
+    kinds = [ECHO if ECHO_MARK in p else INCONSISTENT if INCONSISTENT_MARK in p else INVALID_OUTPUT
+             for p in problems if GROUNDING_MARK not in p]
     for cause in (INVALID_OUTPUT, ECHO, INCONSISTENT):
         if cause in kinds:
             return cause

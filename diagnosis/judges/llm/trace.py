@@ -21,6 +21,7 @@ from .prompts import (PROMPT_VERSIONS, RUBRIC_GEN_JUDGE, SYSTEM_PROMPTS, TRACE_J
                       quote_ids, user_message)
 from .render import Block, TraceIndex, cut_middle, cut_to_fit, estimate_tokens, pack, render_span
 from .reply_checks import reply_problems
+from .rubric_grounding import grounded_rubrics, rubric_evidence, rubric_names, rubric_reply_grounding
 from .verdict_grounding import (TraceGrounding, grounded_trace_output, text_source_details, trace_grounding,
                                 trace_reply_grounding)
 from .results import EvidenceFilter, call_details, error_cause, failed, skipped
@@ -51,15 +52,26 @@ def generate_rubrics(trace: TraceView, config: LlmJudgeConfig,
         return [], [skipped(GENERATED_JUDGE, None, "the trace has no goal to derive rubrics from",
                             model=config.model, prompt_version=version)]
     goal, _ = cut_to_fit({"goal": trace.goal}, max(MIN_DATA_TOKENS, config.max_context_tokens // 2))
-    outcome = call_json(judge=RUBRIC_GEN_JUDGE, messages=messages_for(RUBRIC_GEN_JUDGE, goal),
+    names = rubric_names(trace)
+    evidence = rubric_evidence(trace=trace, goal=goal["goal"], names=names)
+    outcome = call_json(judge=RUBRIC_GEN_JUDGE, messages=messages_for(RUBRIC_GEN_JUDGE, {**goal, **names}),
                         schema=RUBRIC_GEN_SCHEMA, config=config, gate=gate, output_estimate=400,
-                        check=lambda output: reply_problems(judge=RUBRIC_GEN_JUDGE, output=output),
+                        check=lambda output: (reply_problems(judge=RUBRIC_GEN_JUDGE, output=output)
+                                              + rubric_reply_grounding(output=output, evidence=evidence)),
                         max_tokens=RUBRIC_GEN_MAX_TOKENS)
     if outcome.status != "ok" or outcome.output is None:
         return [], [failed(GENERATED_JUDGE, None, outcome, model=config.model, prompt_version=version)]
+    kept, dropped, reasons = grounded_rubrics(rubrics=outcome.output["rubrics"], evidence=evidence)
     items = [{"id": f"gen-{n}", "name": r["name"], "text": r["text"], "node": None, "_generated": outcome}
-             for n, r in enumerate(outcome.output["rubrics"], start=1)]
-    return items, []
+             for n, r in enumerate(kept, start=1)]
+    if not dropped:
+        return items, []
+    # Still ungrounded after the repair: dropped, and said so (a skip, not an error: the kept rubrics are judged).
+    note = skipped(GENERATED_JUDGE, None, f"{len(dropped)} of {len(outcome.output['rubrics'])} generated rubrics "
+                   "named what neither the goal nor the trace contains; dropped", model=config.model,
+                   prompt_version=version, details={**call_details(outcome), "ungrounded": reasons[:20],
+                                                    "dropped": [str(r.get("name", "")) for r in dropped]})
+    return items, [note]
 
 
 def _trace_check(rubric_ids: list[str], span_ids: set[str], recorded_outcome: str | None,
@@ -265,6 +277,7 @@ def _rubric_results(output: dict, items: list[dict], evidence: EvidenceFilter, t
             result.input_tokens = round(gen.input_tokens * share)
             result.output_tokens = round(gen.output_tokens * share)
             result.cost = gen.cost * share
-            details.update({"generation_cache_key": gen.cache_key, "generation": call_details(gen)})
+            details.update({"generation_cache_key": gen.cache_key, "generation": call_details(gen),
+                            "text_source": "model"})
         results.append(result)
     return results

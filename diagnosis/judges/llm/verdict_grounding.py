@@ -3,7 +3,8 @@ trace feedback and the root cause's reason.
 
 Rules: every agent, tool, span or field named and every quoted value occurs in the trace's spans (names, nodes,
 tools, input, output, status messages, exceptions, attributes) or its goal and final output; a root cause's quote
-occurs in the span it cites; an issue title has at most 80 characters. A reply that breaks them is asked for once
+occurs in the span it cites; an issue title has at most 80 characters, names a failure and does not restate the
+trace's goal (grounding.py's title rules, as for an insight's title). A reply that breaks them is asked for once
 more with the reasons (the check is part of the call's check); one that still does keeps its verdict and score,
 which the texts do not decide, but not the texts: an ungrounded issue is dropped (it would become a statement and
 an insight), an ungrounded critique or feedback is emptied, an ungrounded root cause's reason is replaced by the
@@ -16,7 +17,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from .grounding import TITLE_MAX_CHARS, Evidence, grounding_evidence, grounding_problems
+from clear.text_grounding import Evidence, grounding_evidence, grounding_problems
+
 from .render import TraceIndex
 
 
@@ -39,13 +41,17 @@ def trace_grounding(index: TraceIndex) -> TraceGrounding:
     trace = index.trace
     extra = [v if isinstance(v, str) else json.dumps(v, ensure_ascii=False, default=str)
              for v in (trace.goal, trace.final_output) if v not in (None, "", [], {})]
-    return TraceGrounding(trace=grounding_evidence(texts=[*texts.values(), *extra]),
+    goal = [trace.goal if isinstance(trace.goal, str) else json.dumps(trace.goal, ensure_ascii=False, default=str)
+            ] if trace.goal not in (None, "", [], {}) else []
+    return TraceGrounding(trace=grounding_evidence(texts=[*texts.values(), *extra], tasks=goal),
                           spans={sid: grounding_evidence(texts=[text]) for sid, text in texts.items()})
 
 
 def _one_issue_problems(issue: dict, where: str, grounding: TraceGrounding) -> list[str]:
+    # An issue title becomes a statement and may name an insight: like an insight's title it keeps the length limit,
+    # names a failure and does not restate the task ("The chat is over.", SmolLM2-135M on tau-airline).
     return (grounding_problems(path=f"{where}.title", text=issue.get("title", ""), evidence=grounding.trace,
-                               max_chars=TITLE_MAX_CHARS)
+                               title=True)
             + grounding_problems(path=f"{where}.detail", text=issue.get("detail", ""), evidence=grounding.trace))
 
 

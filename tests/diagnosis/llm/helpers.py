@@ -106,7 +106,7 @@ def judge_reply(request: dict, *, score: float = 0.5) -> str:
     import json
 
     judge, data = judge_of(request), data_block(request)
-    issue = {"title": "Example issue", "detail": "d", "severity": "medium", "evidence": []}
+    issue = {"title": "Example issue: the step failed", "detail": "d", "severity": "medium", "evidence": []}
     if judge == "llm.step":
         steps = [{"span_id": s["span_id"], "critique": f"step {s['span_id']} looked at", "score": score,
                   "verdict": "fail" if score < 0.5 else "pass",

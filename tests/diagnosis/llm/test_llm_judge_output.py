@@ -140,7 +140,7 @@ def test_rubrics_are_checked_in_the_trace_call_and_generated_ones_too(fake_llm):
     assert judges == ["llm.trace", "rubric.7", "rubric.tone", "rubric.gen-1", "rubric.gen-2", "rubric.gen-3"]
     generated = by_judge(results, "rubric.gen-1")[0]
     assert generated.details["generated"] is True and generated.input_tokens > 0
-    assert generated.prompt_version == "trace-v2+rubric-gen-v2"
+    assert generated.prompt_version == "trace-v2+rubric-gen-v3"
 
 
 def test_cost_uses_the_price_table_and_splits_a_batch_exactly(fake_llm):

@@ -5,7 +5,7 @@ verdict; replies that say something of their own are kept unchanged (fake OpenAI
 import json
 
 from diagnosis.judges.llm import SYSTEM_PROMPTS, LlmJudgeConfig, judge_trace_with_llm
-from diagnosis.judges.llm.echo import ECHO_SIMILARITY, echo_of
+from clear.text_echo import ECHO_SIMILARITY, echo_of
 from diagnosis.judges.llm.prompts import STEP_EXAMPLE
 from diagnosis.judges.llm.reply_checks import judge_reference
 from tests.diagnosis.llm.helpers import data_block, judge_of, judge_reply, linear_trace
@@ -132,3 +132,17 @@ def test_generated_rubrics_copying_the_example_are_echo(fake_llm):
     generated = [r for r in results if r.judge == "rubric.generated"]
     assert [(r.status, r.details["cause"]) for r in generated] == [("error", "invalid_output:echo")]
     assert not [r for r in results if r.judge.startswith("rubric.gen-")]
+
+
+def test_an_echo_beside_an_ungrounded_text_is_still_an_echo(fake_llm):
+    def reply(request):  # the feedback copies the template, the root cause names a tool the trace does not have
+        value = json.loads(judge_reply(request, score=0.25))
+        value["feedback"] = "4-8 sentences: what the agent did, what went wrong, why"
+        value["root_cause"]["reason"] = "`refund_tool` was never called."
+        return json.dumps(value)
+
+    fake_llm.script(default=reply)
+    [trace_result] = judge_trace_with_llm(trace=linear_trace(2), rubrics=[],
+                                          config=config(fake_llm, step_judges=False))
+    assert fake_llm.call_count == 2
+    assert (trace_result.status, trace_result.details["cause"]) == ("error", "invalid_output:echo")

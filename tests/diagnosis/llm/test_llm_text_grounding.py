@@ -179,3 +179,46 @@ def test_a_build_whose_names_are_not_grounded_shows_the_computed_text_with_the_r
     body = Client().get(f"/api/v1/insights/{insights[0].pk}/",
                         HTTP_AUTHORIZATION=f"Bearer {issued_key.secret}").json()
     assert body["text_source"] == "computed" and "not grounded" in body["text_source_reason"]
+
+
+@pytest.mark.django_db
+def test_the_insight_page_notes_a_computed_text_and_why(project, owner):
+    from diagnosis.models import Insight
+    from tests.frontend.conftest import client_for
+
+    insight = Insight.objects.create(project=project, level="node", node="billing", title="t",
+                                     naming_source="offline",
+                                     naming_note="$.title: not grounded: names \u201cLambda\u201d")
+    page = client_for(owner).get(f"/p/{project.slug}/insights/{insight.pk}/").content.decode()
+    assert 'data-testid="insight-text-source"' in page and "names \u201cLambda\u201d" in page
+    Insight.objects.filter(pk=insight.pk).update(naming_source="llm")
+    page = client_for(owner).get(f"/p/{project.slug}/insights/{insight.pk}/").content.decode()
+    assert 'data-testid="insight-text-source"' not in page
+    Insight.objects.filter(pk=insight.pk).update(naming_source="offline", naming_note="")  # no model: nothing rejected
+    page = client_for(owner).get(f"/p/{project.slug}/insights/{insight.pk}/").content.decode()
+    assert 'data-testid="insight-text-source"' not in page
+
+
+@pytest.mark.parametrize("title, reason", [
+    ("The chat is over.", "names no failure"),  # SmolLM2-135M on tau-airline: an issue that says nothing went wrong
+    ("Refund the duplicate charge on invoice INV-7 and tell the customer", "restates the task"),
+])
+def test_a_step_issue_title_naming_no_failure_or_restating_the_task_is_asked_again_then_dropped(fake_llm, title,
+                                                                                                  reason):
+    def reply(request):
+        if judge_of(request) != "llm.step":
+            return judge_reply(request, score=0.25)
+        steps = [{"span_id": s["span_id"], "critique": "The step looked up the wrong invoice.", "score": 0.25,
+                  "verdict": "fail", "issues": [
+                      {"title": title, "detail": "d", "severity": "high", "evidence": []},
+                      {"title": "Wrong invoice looked up: INV-8", "detail": "d", "severity": "high", "evidence": []}]}
+                 for s in data_block(request)["steps"]]
+        return json.dumps({"steps": steps})
+
+    fake_llm.script(default=reply)
+    results = judge_trace_with_llm(trace=linear_trace(2), rubrics=[], config=_config(fake_llm, trace_judge=False))
+    assert fake_llm.call_count == 2
+    assert reason in fake_llm.requests[1]["messages"][-1]["content"]
+    for result in results:
+        assert [issue.title for issue in result.issues] == ["Wrong invoice looked up: INV-8"]
+        assert any(reason in r for r in result.details["ungrounded"])

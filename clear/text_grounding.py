@@ -14,7 +14,7 @@ judges). A text is grounded when:
 * a title is at most TITLE_MAX_CHARS (80) characters and names a failure: it has a word of FAILURE_CUES (not, no,
   never, wrong, fails, error, missing, drops, ignores, instead, violates, repeated, …), so a restated task ("The
   customer has cancelled the flight.", "Update Reservations Flights") or a bare instruction is refused;
-* it does not restate the task: its similarity to a task text (echo.py ratio) stays under ECHO_SIMILARITY.
+* it does not restate the task: its similarity to a task text (text_echo.py ratio) stays under ECHO_SIMILARITY.
 
 A text that fails is asked for once more with the reasons (they carry GROUNDING_MARK); one that still fails is
 replaced by the computed (offline) text, and the reason is kept with it (`text_source: computed`).
@@ -27,7 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from difflib import SequenceMatcher
 
-from .echo import ECHO_SIMILARITY, normalised
+from clear.text_echo import ECHO_SIMILARITY, normalised
 
 TITLE_MAX_CHARS = 80
 MIN_CONTENT_WORDS = 4
