@@ -74,6 +74,9 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                    help="start llama-cpp-python's server on this GGUF for the benchmark and stop it after")
     p.add_argument("--server-python", default="python3", help="the Python that has llama-cpp-python[server]")
     p.add_argument("--server-port", type=int, default=0)
+    p.add_argument("--server-plain-cpu", action="store_true",
+                   help="load the model without llama.cpp's extra buffer types (llama_plain_cpu/sitecustomize.py): "
+                        "for a VM whose CPU reports AMX, where the server crashes on its first batch")
     p.add_argument("--n-ctx", type=int, default=8192)
     p.add_argument("--traces", type=int, default=3, help="tau-airline traces judged per mode (the N smallest)")
     p.add_argument("--modes", default="on,off",
@@ -110,7 +113,12 @@ def _server_start(args: argparse.Namespace, log_path: Path) -> tuple[subprocess.
            "--n_ctx", str(args.n_ctx), "--host", "127.0.0.1", "--port", str(port), "--model_alias",
            args.model.split("/", 1)[-1]]
     _log("server: " + " ".join(cmd))
-    proc = subprocess.Popen(cmd, stdout=log_path.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
+    env = dict(os.environ)
+    if args.server_plain_cpu:
+        site = str(Path(__file__).resolve().parent / "llama_plain_cpu")
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [site, env.get("PYTHONPATH")]))
+    proc = subprocess.Popen(cmd, stdout=log_path.open("w"), stderr=subprocess.STDOUT, start_new_session=True,
+                            env=env)
     base = f"http://127.0.0.1:{port}/v1"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
