@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 
 import pytest
 from django.conf import settings
+from playwright.sync_api import Error as PlaywrightError
 
 from tests.conftest import free_port
 from tests.support.browser import screenshot
@@ -378,7 +379,18 @@ def test_walk_every_link_from_the_navigation(demo, page):
     queue, seen, visited = list(nav), {_pattern(u) for u in nav}, []
     while queue:
         url = queue.pop(0)
-        response = page.goto(url)
+        try:
+            response = page.goto(url)
+        except PlaywrightError as error:
+            # A link to a file the server sends as an attachment with no `download` attribute (which links are
+            # reachable depends on how far the evolution job got): it must answer, there is no page to render.
+            if "Download is starting" not in str(error):
+                raise
+            visited.append(url)
+            fetched = page.request.get(url)
+            if fetched.status >= 400:
+                problems.append(f"{fetched.status} {url}")
+            continue
         page.wait_for_load_state("load")
         visited.append(url)
         assert response is not None
