@@ -20,16 +20,16 @@ import re
 
 from diagnosis.judges.contract import Evidence, JudgeIssue, JudgeResult, SpanView, TraceView
 from diagnosis.judges.decision import TraceIndex, call_evidence, call_said, deciding_step
-from diagnosis.judges.rules.verdicts import clip, rule_pass, rule_skip
+from diagnosis.judges.rules.verdicts import clip, rule_pass
 from diagnosis.judges.rules.writes import (
     USER_ROLES,
     VALUE_NOT_FROM_USER,
+    conversation_gate,
     ended_before,
     first_finding,
     loose_text,
     messages_of,
     text_values,
-    user_messages,
     write_blame,
     writes_of,
 )
@@ -107,12 +107,9 @@ def _offered(trace: TraceView, call: SpanView) -> tuple[dict[str, set[str]], dic
 def rule_unnamed_write_choice(trace: TraceView, stats: dict | None = None) -> list[JudgeResult]:
     judge = "rule.unnamed_write_choice"
     writes = writes_of(trace)
-    if not writes:
-        return [rule_pass(judge, "No write tool was called.")]
-    if len(user_messages(trace)) < 2:
-        # Without a conversation nobody is shown the choice: an autonomous run picks among options by design.
-        return [rule_skip(judge, "The run holds fewer than two user messages: no user in the loop to name a "
-                                 "choice to.")]
+    # Without a conversation nobody is shown the choice: an autonomous run picks among options by design.
+    if (gated := conversation_gate(judge=judge, writes=writes, trace=trace, nobody="to name a choice to")) is not None:
+        return gated
     index, results = TraceIndex(trace), []
     for call in writes:
         values: list[str] = []
