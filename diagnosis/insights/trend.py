@@ -2,6 +2,7 @@
 many of them had the insight (InsightOccurrence.releases) out of how many were judged (the run's
 insights_summary["judged_by_release"]). A release judged again later is described by the later run only, so
 re-running a release never double-counts it, and a fixed insight shows 0 for the releases judged after the fix.
+Only runs that write the project's insights count: a CI gate's, sampled or filtered run keeps its figures on itself.
 A run still judging a release (a continuous run that took its traces) does not replace a run that judged all of it;
 shown before any complete run, its row is marked partial with how many of the release's traces it has judged."""
 
@@ -16,9 +17,12 @@ def _latest_by_release(*, project_id: int, current_run_id=None
                        ) -> tuple[list[str], dict[str, object], dict[str, int], dict[str, int]]:
     """Per release: the latest run with insights that judged it completely, else the latest that judged part of it
     (its traces of that release not all judged yet: open says how many are still to judge)."""
-    runs = list(DiagnosisRun.objects.filter(project_id=project_id).filter(
+    # A run that keeps its clusters on itself (a CI gate's, sampled, filtered: insights/detached.py) gave no insight
+    # figures, so it cannot describe a release: taken as the newest run of v1, a gate's made every trend read 0 there.
+    runs = [(run.pk, run.insights_summary) for run in DiagnosisRun.objects.filter(project_id=project_id).filter(
         Q(insights_status="done") | Q(pk=current_run_id)).order_by("created_at", "pk")
-        .values_list("pk", "insights_summary"))
+        .only("pk", "insights_summary", "continuous", "purpose", "sample_rate", "since", "until", "tags", "outcome",
+              "node", "trace_ids", "status") if run.writes_insights]
     waiting: dict[tuple, int] = {}
     for run_pk, release, n in (RunTrace.objects.filter(run_id__in=[pk for pk, _ in runs], status__in=RunTrace.OPEN)
                                .values("run_id", "trace__release").annotate(n=Count("pk"))

@@ -94,6 +94,23 @@ def test_a_partial_run_never_replaces_a_complete_one_in_the_trend(project, quiet
     assert row["partial"] is True and (row["judged"], row["of"]) == (3, 22)
 
 
+def test_a_gate_run_never_stands_for_a_release_in_the_trend(project, quiet, desk_rubrics):  # noqa: F811
+    """The demo after `clearctl gate --release v2 --baseline-release v1`: the gate's runs judged both releases
+    completely but keep their clusters on the run (detached), so no insight has figures in them; taken as the newest
+    runs of v1 and v2, they made the misroute's trend read 0 of 22 in v1, where the full run found it in 4."""
+    support_desk_ingest(project=project, bugs="all", release="v1", seed=0)
+    diagnose(project, "")
+    misroute = Insight.objects.get(project=project, level="system", is_other=False, title__contains="intent: refund")
+    before = next(t for t in misroute.trend if t["release"] == "v1")
+    assert before["count"] == 4 and before["judged"] == 22
+
+    gate = diagnose(project, "v1", purpose=DiagnosisRun.Purpose.GATE)
+    assert gate.insights_summary["detached"] and gate.insights_summary["judged_by_release"] == {"v1": 22}
+    trend_refresh(project_id=project.pk)
+    misroute.refresh_from_db()
+    assert next(t for t in misroute.trend if t["release"] == "v1") == before
+
+
 def test_a_trace_a_running_full_run_judges_waits_for_it(project, quiet, monkeypatch):
     from diagnosis.services import diagnosis_run_execute, diagnosis_run_start
 
