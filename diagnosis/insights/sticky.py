@@ -11,7 +11,9 @@ refresh's re-clustering only (a full run's build is unchanged):
   never between named insights nor out of one.
 * A statement placed since (joined by an incremental refresh, or not yet seen) goes where its group's confirmed
   statements are: the insight most of them are in, when they are at least half the group; else where identity
-  matching put the group (an existing insight, a new one, or "other").
+  matching put the group (an existing insight, a new one, or "other"). An "other" bucket is no group: what it holds
+  has nothing in common, so its new statements stay in it (the demo's mediator statement followed the two misroute
+  statements of a five-trace window into the misroute's system insight, and the mediator's node insight with it).
 * A new insight is made only from a group holding at least one statement the previous re-clustering did not see, so
   a slide that only drops traces, or reshuffles "other", creates nothing.
 """
@@ -60,7 +62,7 @@ def groups_sticky(*, groups: list[Group], keys: list[str], nodes: list[str], pri
             rest = [r for r in rows if r not in held]
             if not rest:
                 continue
-            if held and 2 * len(held) >= len(rows):
+            if held and 2 * len(held) >= len(rows) and not group.is_other:
                 put(group, Counter(held.values()).most_common(1)[0][0], rest, other=False, via="kept", index=index)
             elif group.is_other or group.insight_id is not None:
                 put(group, group.insight_id, rest, other=group.is_other, via=group.via, index=index)

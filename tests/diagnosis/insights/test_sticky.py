@@ -42,3 +42,17 @@ def test_a_new_node_statement_goes_where_its_node_insight_is_at_system_level():
     groups = [Group("node", "a", [0, 1, 2, 3], 10), Group("system", "", [0, 1], 21)]
     out = groups_sticky(groups=groups, keys=KEYS, nodes=NODES, prior=prior, live={10: 10, 20: 20, 21: 21})
     assert _by_insight(out, "system") == {(20, False): [0, 1, 3]}  # row 3 new: with 2 of its node insight's 3
+
+
+def test_a_new_statement_in_other_does_not_follow_the_placed_ones_into_an_insight():
+    """The demo's flake (test_continuous_reuse.py, one run in five): a five-trace window's system "other" bucket held
+    the two misroute statements, placed in the misroute's system insight, and a new mediator statement; as a group's
+    majority they took it into that insight, and the mediator's node insight was nested under the misroute from then
+    on. "Other" is no group: its members have nothing in common."""
+    nodes = ["planner", "orders_worker", "mediator"]
+    prior = {KEYS[0]: (10, 30), KEYS[1]: (11, 30)}
+    groups = [Group("node", "planner", [0], 10, via="held"), Group("node", "orders_worker", [1], 11, via="held"),
+              Group("node", "mediator", [2], None, is_other=True, via="other"),
+              Group("system", "", [0, 1, 2], None, is_other=True, via="other")]
+    out = groups_sticky(groups=groups, keys=KEYS, nodes=nodes, prior=prior, live={10: 10, 11: 11, 30: 30})
+    assert _by_insight(out, "system") == {(30, False): [0, 1], (None, True): [2]}
