@@ -8,6 +8,8 @@ Causes (stored with judge errors and run error entries, so that a run can group 
 * `invalid_output:length`: the reply was cut by the output token limit, also after one retry with the limit doubled.
 * `invalid_output:echo`: a field of the reply copies the prompt's instructions or example
   (clear/text_echo.py), also after the one repair request.
+* `invalid_output:refusal`: a field of the reply declines or speaks as the assistant ("I'm sorry, I can't assist
+  with that"; clear/text_refusal.py), also after the one repair request.
 * `invalid_output:inconsistent`: a verdict whose label and score disagree (fail with a score above 0.5, pass below
   it), also after the one repair request.
 * `provider_error`: any other error the provider answered with (400, 401, 404...): a retry would get the same.
@@ -25,11 +27,12 @@ SERVER_ERROR = "server_error"
 INVALID_OUTPUT = "invalid_output"
 LENGTH = "invalid_output:length"
 ECHO = "invalid_output:echo"
+REFUSAL = "invalid_output:refusal"
 INCONSISTENT = "invalid_output:inconsistent"
 PROVIDER_ERROR = "provider_error"
 INTERNAL_ERROR = "internal_error"
-CAUSES = (TIMEOUT, CONNECTION, RATE_LIMIT, SERVER_ERROR, INVALID_OUTPUT, LENGTH, ECHO, INCONSISTENT, PROVIDER_ERROR,
-          INTERNAL_ERROR)
+CAUSES = (TIMEOUT, CONNECTION, RATE_LIMIT, SERVER_ERROR, INVALID_OUTPUT, LENGTH, ECHO, REFUSAL, INCONSISTENT,
+          PROVIDER_ERROR, INTERNAL_ERROR)
 TRANSIENT = frozenset({TIMEOUT, CONNECTION, RATE_LIMIT, SERVER_ERROR})
 
 

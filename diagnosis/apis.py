@@ -91,7 +91,8 @@ class RunProgressSerializer(serializers.Serializer):
 
 class RunErrorGroupSerializer(serializers.Serializer):
     cause = serializers.CharField(help_text="timeout, connection, rate_limit, server_error, invalid_output, "
-                                            "invalid_output:length, invalid_output:echo, invalid_output:inconsistent, "
+                                            "invalid_output:length, invalid_output:echo, invalid_output:refusal, "
+                                            "invalid_output:inconsistent, "
                                             "provider_error, judge_error, task_failed, …")
     count = serializers.IntegerField()
     judges = serializers.ListField(child=serializers.CharField())

@@ -6,7 +6,7 @@ Kinds: step verdicts (`llm.step`), trace verdicts (`llm.trace`), root causes (th
 "Asked again" is a reply that needed the repair round (details["repaired"], or one still refused after it);
 "replaced" is a text that failed the checks after the repair and was dropped or replaced by the computed one
 (details["text_source"] == "computed", Insight.naming_note), or a reply recorded as `invalid_output:echo` /
-`invalid_output:inconsistent`.
+`invalid_output:refusal` / `invalid_output:inconsistent`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import Counter
 
 EXAMPLES = 3
-REFUSED_CAUSES = ("invalid_output:echo", "invalid_output:inconsistent")
+REFUSED_CAUSES = ("invalid_output:echo", "invalid_output:refusal", "invalid_output:inconsistent")
 
 
 def text_report(*, run, project) -> dict:

@@ -1,9 +1,10 @@
 """What a schema-valid judge reply must also satisfy before it becomes a verdict (issue 43): no field copies the prompt
-(clear/text_echo.py), and every verdict agrees with its score.
+(clear/text_echo.py), none declines instead of judging (clear/text_refusal.py), and every verdict agrees with its score.
 
 Consistency rule: "fail" ⇒ score ≤ 0.5, "pass" ⇒ score ≥ 0.5 ("uncertain" takes any score; 0.5 is "partly wrong"
 on the prompts' scale, so it may go with either). A reply breaking either rule gets the one repair request with the
-reasons; still broken, the call's cause is `invalid_output:echo` or `invalid_output:inconsistent`
+reasons; still broken, the call's cause is `invalid_output:echo`, `invalid_output:refusal` or
+`invalid_output:inconsistent`
 (`invalid_output_cause`), and the step judge keeps the batch's other steps: only the offending step is an error.
 """
 
@@ -11,9 +12,10 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from clear.llm_errors import ECHO, INCONSISTENT, INVALID_OUTPUT
+from clear.llm_errors import ECHO, INCONSISTENT, INVALID_OUTPUT, REFUSAL
 from clear.text_echo import ECHO_MARK, EchoReference, echo_problems, echo_reference, text_fields
 from clear.text_grounding import GROUNDING_MARK
+from clear.text_refusal import REFUSAL_MARK, refusal_problems
 
 from .prompts import (RUBRIC_GEN_EXAMPLE, RUBRIC_GEN_JUDGE, STEP_EXAMPLE, STEP_JUDGE, SYSTEM_PROMPTS, TRACE_EXAMPLE,
                       TRACE_JUDGE, WINDOW_EXAMPLE, WINDOW_JUDGE)
@@ -57,8 +59,9 @@ def verdict_problems(*, item: dict, path: str) -> list[str]:
 
 
 def step_item_problems(*, item: dict, path: str) -> list[str]:
-    """Echoes and a contradiction in one step verdict of the step judge's reply."""
-    return (echo_problems(fields=text_fields(item, path=path), reference=judge_reference(STEP_JUDGE))
+    """Echoes, refusals and a contradiction in one step verdict of the step judge's reply."""
+    fields = list(text_fields(item, path=path))
+    return (echo_problems(fields=fields, reference=judge_reference(STEP_JUDGE)) + refusal_problems(fields=fields)
             + verdict_problems(item=item, path=path))
 
 
@@ -68,10 +71,12 @@ def step_reply_problems(output: dict) -> list[str]:
 
 
 def reply_problems(*, judge: str, output: dict) -> list[str]:
-    """The trace, window and rubric-generation replies: echoes anywhere, and the trace verdict's consistency."""
+    """The trace, window and rubric-generation replies: echoes and refusals anywhere, and the trace verdict's
+    consistency."""
     if judge == STEP_JUDGE:
         return step_reply_problems(output)
-    problems = echo_problems(fields=text_fields(output), reference=judge_reference(judge))
+    fields = list(text_fields(output))
+    problems = echo_problems(fields=fields, reference=judge_reference(judge)) + refusal_problems(fields=fields)
     if judge == TRACE_JUDGE:
         problems += verdict_problems(item=output, path="$")
     return problems
@@ -79,11 +84,11 @@ def reply_problems(*, judge: str, output: dict) -> list[str]:
 
 def invalid_output_cause(problems: list[str]) -> str:
     """The cause of a reply still rejected after its repair: plain invalid output (schema, coverage) first, then an
-    echo, then a contradiction. Ungrounded texts (clear/text_grounding.py) are no cause: alone they never fail a call, and
+    echo, then a refusal, then a contradiction. Ungrounded texts (clear/text_grounding.py) are no cause: alone they never fail a call, and
     beside an echo they must not hide it."""
-    kinds = [ECHO if ECHO_MARK in p else INCONSISTENT if INCONSISTENT_MARK in p else INVALID_OUTPUT
-             for p in problems if GROUNDING_MARK not in p]
-    for cause in (INVALID_OUTPUT, ECHO, INCONSISTENT):
+    kinds = [ECHO if ECHO_MARK in p else REFUSAL if REFUSAL_MARK in p else INCONSISTENT if INCONSISTENT_MARK in p
+             else INVALID_OUTPUT for p in problems if GROUNDING_MARK not in p]
+    for cause in (INVALID_OUTPUT, ECHO, REFUSAL, INCONSISTENT):
         if cause in kinds:
             return cause
     return INVALID_OUTPUT

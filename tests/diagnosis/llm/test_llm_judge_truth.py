@@ -146,3 +146,47 @@ def test_an_echo_beside_an_ungrounded_text_is_still_an_echo(fake_llm):
                                           config=config(fake_llm, step_judges=False))
     assert fake_llm.call_count == 2
     assert (trace_result.status, trace_result.details["cause"]) == ("error", "invalid_output:echo")
+
+
+REFUSAL = "I'm sorry, but I can't assist with that request."
+
+
+def test_a_critique_that_refuses_is_asked_again_then_recorded_as_refusal(fake_llm):
+    """The model answered as the assistant instead of judging (seen with a real local model, closing note of issue
+    43): schema-valid, no echo, and shown as the step's critique. Now it is no verdict and no statement."""
+    fake_llm.script(default=lambda request: steps_reply(request, critique=REFUSAL))
+    results = judge_trace_with_llm(trace=linear_trace(2), rubrics=[], config=config(fake_llm, trace_judge=False))
+
+    assert fake_llm.call_count == 2
+    assert "is a refusal" in fake_llm.requests[1]["messages"][-1]["content"]
+    for result in results:
+        assert (result.status, result.verdict, result.issues) == ("error", None, [])
+        assert result.details["cause"] == "invalid_output:refusal"
+
+
+def test_a_trace_feedback_that_refuses_is_refusal_and_a_critique_quoting_the_agents_refusal_is_kept(fake_llm):
+    def reply(request):
+        value = json.loads(judge_reply(request, score=0.25))
+        value["feedback"] = "As an AI language model, I cannot evaluate this conversation."
+        return json.dumps(value)
+
+    fake_llm.script(default=reply)
+    results = judge_trace_with_llm(trace=linear_trace(2), rubrics=[], config=config(fake_llm, step_judges=False))
+    assert {(r.judge, r.status, r.details.get("cause")) for r in results} == {
+        ("llm.trace", "error", "invalid_output:refusal")}
+
+    quoted = "Answered I'm sorry, I can't help with this instead of refunding the duplicate charge on INV-7."
+    fake_llm.script(default=lambda request: steps_reply(request, critique=quoted))
+    kept = judge_trace_with_llm(trace=linear_trace(1), rubrics=[], config=config(fake_llm, trace_judge=False))
+    assert fake_llm.call_count == 1 and {(r.status, r.critique) for r in kept} == {("ok", quoted)}
+
+
+def test_refusals_are_told_from_findings():
+    from clear.text_refusal import is_refusal
+
+    for text in (REFUSAL, "I cannot help with that.", "Sorry, I can't do that.", "I am unable to evaluate the steps",
+                 "As an AI, I have no opinion.", "I apologize, but I won't answer this."):
+        assert is_refusal(text), text
+    for text in ("The agent said it cannot assist and stopped.", "Refused the refund although the order was late.",
+                 "I/O error on the invoice lookup.", "Sorry state of the order: it was never shipped."):
+        assert not is_refusal(text), text
