@@ -31,7 +31,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -43,10 +42,11 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from benchmarks.model_mode.attribution import attribution_bench, attribution_lines  # noqa: E402
-from benchmarks.model_mode.texts import text_lines, text_report  # noqa: E402
+from benchmarks.model_mode.observe import LOCKED, LockLog, Probe, Recorder  # noqa: E402
+from benchmarks.model_mode.report import _table  # noqa: E402
+from benchmarks.model_mode.texts import text_report  # noqa: E402
 
 PYTHON = sys.executable
-LOCKED = "database is locked"
 JUDGES = ["llm.step", "llm.trace"]
 
 
@@ -196,209 +196,7 @@ def main(argv: list[str] | None = None) -> dict:
     return results
 
 
-def _pct(value) -> str:
-    return "-" if value is None else f"{100 * value:.1f}%"
-
-
-def _table(results: dict) -> None:
-    modes = results["modes"]
-    rows = [
-        ("run status", lambda r: r["run"]["status"]),
-        ("traces judged / total", lambda r: f"{r['run']['traces_judged']} / {r['run']['traces_total']}"),
-        ("judge calls (conversations)", lambda r: r["judge"]["conversations"]),
-        ("  first reply accepted", lambda r: _pct(r["judge"]["first_valid_share"])),
-        ("  accepted after repair", lambda r: _pct(r["judge"]["valid_after_repair_share"])),
-        ("  ended on the length limit", lambda r: _pct(r["judge"]["length_share"])),
-        ("  failed (by cause)", lambda r: r["judge"]["failed_by_cause"] or "none"),
-        ("judge requests", lambda r: r["judge"]["requests"]),
-        ("  requests ending on length", lambda r: _pct(r["judge"]["requests_length_share"])),
-        ("  requests failed", lambda r: r["judge"]["requests_failed"]),
-        ("requests per judged trace", lambda r: f"{r['per_trace']['requests']:.1f}"),
-        ("tokens in/out per trace", lambda r: f"{r['per_trace']['input_tokens']:.0f} / "
-                                              f"{r['per_trace']['output_tokens']:.0f}"),
-        ("requests per judged step", lambda r: f"{r['per_step']['requests']:.2f}"),
-        ("tokens in/out per step", lambda r: f"{r['per_step']['input_tokens']:.0f} / "
-                                             f"{r['per_step']['output_tokens']:.0f}"),
-        ("seconds per trace", lambda r: f"{r['per_trace']['seconds']:.1f}"),
-        ("run errors by cause", lambda r: {g["cause"]: g["count"] for g in r["run"]["errors_by_cause"]} or "none"),
-        ("naming calls ok / all", lambda r: f"{r['naming']['accepted']} / {r['naming']['conversations']}"),
-        ("insights seconds", lambda r: r["insights"].get("seconds_wall", "-")),
-        ("'database is locked'", lambda r: r["locked"]["total"]),
-        ("probe posts ok / all, max s", lambda r: f"{r['probe']['ok']} / {r['probe']['posts']}, "
-                                                  f"{r['probe']['max_seconds']}"),
-    ]
-    names = list(modes)
-    print(f"\nmodel {results['model']} at {results.get('api_base')}; {results['traces']} tau-airline traces per mode")
-    print(f"{'structured output':<32}" + "".join(f"{n:>28}" for n in names))
-    for label, get in rows:
-        cells = []
-        for n in names:
-            try:
-                cells.append(str(get(modes[n])))
-            except Exception:  # noqa: BLE001 - a mode that failed early has no such figure
-                cells.append(str(modes[n].get("error", "-"))[:26])
-        print(f"{label:<32}" + "".join(f"{c:>28}" for c in cells))
-    for n in names:
-        texts = modes[n].get("texts") or {}
-        print(f"\nmodel texts ({n}): shown, asked again, replaced or refused" + (
-            f" — {texts['error']}" if "error" in texts else ""))
-        for line in text_lines(texts) if "error" not in texts else []:
-            print(line)
-        for label in (modes[n].get("run") or {}).get("judges_without_verdict") or []:
-            print(f"  run failed: {label}")
-        titles = modes[n].get("insights", {}).get("names") or []
-        print(f"\ninsight names ({n}):" + ("" if titles else " none (no cluster to name)"))
-        for item in titles:
-            print(f"  [{item['source']}] {item['title']}")
-        synthetic = [s for s in modes[n].get("insights", {}).get("synthetic_names") or [] if "medoid" in s]
-        if synthetic:
-            print(f"names of the hand-written clusters ({n}):")
-            for item in synthetic:
-                print(f"  [{item['source']}] {item['title']!r}  <- {item['medoid']!r}")
-
-
 # --- the child: one mode, in process -----------------------------------------------------------------------------
-
-
-class Recorder:
-    """Every model request (litellm.completion) and every JSON conversation (llm_json_complete) of this process."""
-
-    def __init__(self) -> None:
-        self.local = threading.local()
-        self.conversations: list[dict] = []
-        self.requests: list[dict] = []
-        self.lock = threading.Lock()
-
-    def install(self) -> None:
-        import clear.llm as clear_llm
-        import diagnosis.insights.naming as naming
-        import diagnosis.judges.llm.client as client
-
-        litellm = clear_llm.litellm_load()
-        original_completion = litellm.completion
-        recorder = self
-
-        def completion(*a, **kw):
-            entry = {"kind": getattr(recorder.local, "kind", "") or "", "max_tokens": kw.get("max_tokens"),
-                     "response_format": (kw.get("response_format") or {}).get("type"), "finish_reason": "",
-                     "input_tokens": 0, "output_tokens": 0, "error": ""}
-            started = time.perf_counter()
-            try:
-                response = original_completion(*a, **kw)
-            except Exception as error:
-                entry["error"] = f"{type(error).__name__}: {str(error)[:300]}"
-                raise
-            finally:
-                entry["seconds"] = round(time.perf_counter() - started, 2)
-                with recorder.lock:
-                    recorder.requests.append(entry)
-                conversation = getattr(recorder.local, "conversation", None)
-                if conversation is not None:
-                    conversation["requests"].append(entry)
-            entry["finish_reason"] = getattr(response.choices[0], "finish_reason", "") or ""
-            usage = getattr(response, "usage", None)
-            entry["input_tokens"] = int(getattr(usage, "prompt_tokens", 0) or 0)
-            entry["output_tokens"] = int(getattr(usage, "completion_tokens", 0) or 0)
-            return response
-
-        litellm.completion = completion
-
-        def wrap_complete(original):
-            def llm_complete(**kw):
-                recorder.local.kind = kw.get("schema_name") or ""
-                conversation = getattr(recorder.local, "conversation", None)
-                if conversation is not None and not conversation["kind"]:
-                    conversation["kind"] = recorder.local.kind
-                return original(**kw)
-            return llm_complete
-
-        def wrap_json(original):
-            def llm_json_complete(**kw):
-                conversation = {"kind": "", "rounds": [], "requests": [], "outcome": "", "cause": "", "error": ""}
-                recorder.local.conversation = conversation
-                inner = kw.get("on_reply")
-
-                def on_reply(round_no, content, problems):
-                    conversation["rounds"].append({"round": round_no, "ok": not problems,
-                                                   "problems": "; ".join(problems)[:300], "chars": len(content)})
-                    if inner is not None:
-                        inner(round_no, content, problems)
-
-                kw["on_reply"] = on_reply
-                started = time.perf_counter()
-                try:
-                    reply = original(**kw)
-                    conversation["outcome"] = "accepted" if not reply.problems else "invalid_output"
-                    return reply
-                except Exception as error:
-                    from clear.llm_errors import llm_error_cause
-
-                    conversation["outcome"] = "error"
-                    conversation["cause"] = llm_error_cause(error=error)
-                    conversation["error"] = f"{type(error).__name__}: {str(error)[:300]}"
-                    raise
-                finally:
-                    conversation["seconds"] = round(time.perf_counter() - started, 2)
-                    recorder.local.conversation = None
-                    with recorder.lock:
-                        recorder.conversations.append(conversation)
-            return llm_json_complete
-
-        client.llm_complete = wrap_complete(client.llm_complete)
-        client.llm_json_complete = wrap_json(client.llm_json_complete)
-        naming.llm_complete = wrap_complete(naming.llm_complete)
-        naming.llm_json_complete = wrap_json(naming.llm_json_complete)
-
-
-class LockLog:
-    """Counts log records and exception texts that say 'database is locked'."""
-
-    def __init__(self) -> None:
-        import logging
-
-        self.count = 0
-        self.examples: list[str] = []
-        outer = self
-
-        class Handler(logging.Handler):
-            def emit(self, record):
-                text = record.getMessage() + (self.format(record) if record.exc_info else "")
-                if LOCKED in text:
-                    outer.count += 1
-                    if len(outer.examples) < 5:
-                        outer.examples.append(f"{record.name}: {record.getMessage()[:200]}")
-
-        handler = Handler(level=logging.DEBUG)
-        handler.setFormatter(logging.Formatter())
-        logging.getLogger().addHandler(handler)
-
-
-class Probe(threading.Thread):
-    """Posts one OTLP/JSON trace every `interval` seconds to the ingestion endpoint, records status and seconds."""
-
-    def __init__(self, *, url: str, key: str, bodies: list[bytes], interval: float) -> None:
-        super().__init__(daemon=True)
-        self.url, self.key, self.bodies, self.interval = url, key, bodies, interval
-        self.stopped = threading.Event()
-        self.posts: list[dict] = []
-
-    def run(self) -> None:
-        i = 0
-        while not self.stopped.wait(self.interval):
-            body = self.bodies[i % len(self.bodies)]
-            i += 1
-            request = urllib.request.Request(self.url, data=body, method="POST", headers={
-                "Content-Type": "application/json", "Authorization": f"Bearer {self.key}"})
-            started = time.perf_counter()
-            status, text = 0, ""
-            try:
-                with urllib.request.urlopen(request, timeout=60) as response:
-                    status = response.status
-            except urllib.error.HTTPError as error:
-                status, text = error.code, error.read()[:300].decode(errors="replace")
-            except Exception as error:  # noqa: BLE001
-                text = f"{type(error).__name__}: {error}"
-            self.posts.append({"status": status, "seconds": round(time.perf_counter() - started, 2), "error": text})
 
 
 def _trace_files(n: int) -> tuple[list[Path], list[Path]]:
