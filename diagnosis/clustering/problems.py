@@ -15,8 +15,10 @@ are only candidates, refined here:
    different nodes with different failing statements are different root causes and stay apart, however many words
    the statements share ("invoice_lookup called 5 times…" at one node, "order_lookup called 5 times…" at
    another). Trace-level and unclustered statements bring no pattern of their own: they go with the node cluster
-   they resemble most when the centroids are that close (cosine >= `merge_threshold`, 0.85), else together (a
-   problem spread thinly over several nodes).
+   they resemble most when the centroids are that close (cosine >= `merge_threshold`, 0.85), else with the other
+   such units a judge they share found (one criterion failing thinly over several nodes). Two rubrics violated once
+   or twice each at two nodes are not one problem because their templates share words: a five-trace window made the
+   demo's mediator bug and its misroute one system cluster that way.
 3. A joined group is a system cluster when it says something the node level does not: it spans two or more nodes,
    or it holds trace-level statements. A group that is one node cluster again (a twin of a node insight) is
    dropped: that problem has its node insight, and one ticket.
@@ -63,12 +65,14 @@ def _unit_vector(rows: list[int], vectors: np.ndarray) -> np.ndarray:
     return mean / (np.linalg.norm(mean) or 1.0)
 
 
-def _join(units: list[list[int]], signatures: list[str | None], vectors: np.ndarray, *, near_duplicate: float,
-          join: float) -> list[list[int]]:
+def _join(units: list[list[int]], signatures: list[str | None], judges: list[set[str]], vectors: np.ndarray, *,
+          near_duplicate: float, join: float) -> list[list[int]]:
     """Groups of unit indexes. Established units (node clusters, with a signature) join each other when they state
     the same failure (equal signatures, or near-duplicate centroids); the others (trace-level, a node's unclustered
     statements: no evidence of a cause of their own) go with the established unit they are most similar to when the
-    cosine is >= join, else together."""
+    cosine is >= join, else with the other such units that a judge they share found (or as close): one criterion
+    failing thinly at several nodes. Different criteria (two rubrics, two rules) failing once each at different
+    nodes are no evidence of one problem; only co-occurrence (cooccurrence.py) makes them one."""
     sets = DisjointSets(len(units))
     centroids = np.stack([_unit_vector(rows, vectors) for rows in units])
     similarity = centroids @ centroids.T
@@ -86,8 +90,10 @@ def _join(units: list[list[int]], signatures: list[str | None], vectors: np.ndar
             sets.union(i, best)
         else:
             strays.append(i)
-    for i in strays[1:]:
-        sets.union(strays[0], i)
+    for a, i in enumerate(strays):
+        for j in strays[a + 1:]:
+            if judges[i] & judges[j] or similarity[i, j] >= join:
+                sets.union(i, j)
     return sets.groups()
 
 
@@ -109,7 +115,8 @@ def system_by_problem(statements: Sequence[Statement], vectors: np.ndarray, *,
         keys = list(by_unit)
         signatures = [Counter(_signature(statements[r].text, all_nodes) for r in by_unit[k]).most_common(1)[0][0]
                       if k[0] == "cluster" else None for k in keys]
-        for component in _join([by_unit[k] for k in keys], signatures, vectors,
+        judges = [{statements[r].source for r in by_unit[k]} for k in keys]
+        for component in _join([by_unit[k] for k in keys], signatures, judges, vectors,
                                near_duplicate=p.near_duplicate_threshold, join=p.merge_threshold):
             units = [keys[i] for i in component]
             rows = [r for k in units for r in by_unit[k]]

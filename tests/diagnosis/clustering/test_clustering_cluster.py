@@ -157,6 +157,33 @@ def test_different_failing_statements_at_different_nodes_never_share_a_system_cl
     assert set(shared.nodes) == {"billing_worker", "writer"}
 
 
+def test_different_rubrics_failing_thinly_at_different_nodes_are_no_system_cluster(embedder):
+    """A continuous run's first five traces of the demo: the mediator's rubric failed twice, the planner's and the
+    orders worker's rubrics once each (the misroute, in one trace). Too few for any node cluster, so all four are
+    strays of one system candidate (the rubric template "`X` … (violates “…”)" shares words), and strays used to go
+    together: one system problem of three nodes and three rubrics, matched to the misroute's insight. Different
+    criteria are no evidence of one problem; the same judge's findings at several nodes still are."""
+    from diagnosis.clustering.statements import canonical_text
+
+    rows = [("mediator", "rubric.4", "A", "`mediator` drops the `order_id` that `order_lookup` returned (violates "
+             "\u201cThe mediator keeps every fact a tool returned\u201d)"),
+            ("mediator", "rubric.4", "B", "`mediator` drops the `id` that `kb_search` returned (violates \u201cThe "
+             "mediator keeps every fact a tool returned\u201d)"),
+            ("orders_worker", "rubric.5", "C", "`orders_worker` calls `order_lookup` (violates \u201cRefund tickets "
+             "are not answered from the order records\u201d)"),
+            ("planner", "rubric.6", "C", "`planner` writes `intent: refund`, `worker: orders_worker` (violates "
+             "\u201cRefund requests are routed to billing\u201d)")]
+    statements = [Statement(id=str(i), text=text, node=node, trace_id=trace, source=judge)
+                  for i, (node, judge, trace, text) in enumerate(rows)]
+    vectors = embedder.embed([canonical_text(s.text) for s in statements])
+    assert cluster_per_node_and_system(statements, vectors).system_clusters == []
+
+    same_judge = [Statement(id=f"j{i}", text=s.text, node=s.node, trace_id=s.trace_id, source="llm.step")
+                  for i, s in enumerate(statements)]
+    (one,) = cluster_per_node_and_system(same_judge, vectors).system_clusters
+    assert set(one.nodes) == {"mediator", "orders_worker", "planner"}
+
+
 def test_micro_cluster_path_agrees_with_the_direct_path(paraphrases):
     statements, labels, vectors = paraphrases
     direct = cluster_statements(statements, vectors)
