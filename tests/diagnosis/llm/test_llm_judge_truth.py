@@ -91,13 +91,17 @@ def test_a_contradiction_corrected_on_the_repair_is_kept(fake_llm):
     assert all(r.details["repaired"] for r in results)
 
 
-def test_a_trace_feedback_copying_the_template_is_echo_and_its_rubrics_get_no_verdict(fake_llm):
+def trace_reply_saying(feedback: str):
+    """A failing trace verdict whose feedback is `feedback`."""
     def reply(request):
         value = json.loads(judge_reply(request, score=0.25))
-        value["feedback"] = "4-8 sentences: what the agent did, what went wrong, why"
+        value["feedback"] = feedback
         return json.dumps(value)
+    return reply
 
-    fake_llm.script(default=reply)
+
+def test_a_trace_feedback_copying_the_template_is_echo_and_its_rubrics_get_no_verdict(fake_llm):
+    fake_llm.script(default=trace_reply_saying("4-8 sentences: what the agent did, what went wrong, why"))
     results = judge_trace_with_llm(trace=linear_trace(2), rubrics=[{"id": "r1", "name": "n", "text": "t"}],
                                    config=config(fake_llm, step_judges=False))
     assert fake_llm.call_count == 2
@@ -165,12 +169,7 @@ def test_a_critique_that_refuses_is_asked_again_then_recorded_as_refusal(fake_ll
 
 
 def test_a_trace_feedback_that_refuses_is_refusal_and_a_critique_quoting_the_agents_refusal_is_kept(fake_llm):
-    def reply(request):
-        value = json.loads(judge_reply(request, score=0.25))
-        value["feedback"] = "As an AI language model, I cannot evaluate this conversation."
-        return json.dumps(value)
-
-    fake_llm.script(default=reply)
+    fake_llm.script(default=trace_reply_saying("As an AI language model, I cannot evaluate this conversation."))
     results = judge_trace_with_llm(trace=linear_trace(2), rubrics=[], config=config(fake_llm, step_judges=False))
     assert {(r.judge, r.status, r.details.get("cause")) for r in results} == {
         ("llm.trace", "error", "invalid_output:refusal")}
