@@ -255,7 +255,13 @@ def run_trace_process(*, item_id: int, dispatch_next: bool = True) -> None:
     claimed = RunTrace.objects.filter(pk=item_id, status__in=RunTrace.IN_FLIGHT).update(
         status=ItemStatus.RUNNING, started_at=started, attempts=F("attempts") + 1)
     if not claimed:
-        return  # done or skipped already: a redelivered copy
+        # Done or skipped already: a redelivered copy. The first copy may have died after its result committed and
+        # before it queued the next traces (a killed worker), so this one does that part: otherwise the run waits for
+        # a trace nobody was sent. Dispatching is capped and finishing is conditional, so doing it twice is harmless.
+        run_id = RunTrace.objects.filter(pk=item_id).values_list("run_id", flat=True).first()
+        if run_id is not None and DiagnosisRun.objects.filter(pk=run_id, status=Status.RUNNING).exists():
+            _after_item(run_id=run_id, dispatch_next=dispatch_next)
+        return
     item = RunTrace.objects.select_related("trace").get(pk=item_id)
     # Before the spans are read: a resend that lands while the judges work leaves the trace "changed since judged".
     trace_judged_mark(trace_pk=item.trace_id, at=started)
