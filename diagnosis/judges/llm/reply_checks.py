@@ -84,8 +84,8 @@ def reply_problems(*, judge: str, output: dict) -> list[str]:
 
 def invalid_output_cause(problems: list[str]) -> str:
     """The cause of a reply still rejected after its repair: plain invalid output (schema, coverage) first, then an
-    echo, then a refusal, then a contradiction. Ungrounded texts (clear/text_grounding.py) are no cause: alone they never fail a call, and
-    beside an echo they must not hide it."""
+    echo, then a refusal, then a contradiction. Ungrounded texts (clear/text_grounding.py) are no cause: alone they
+    never fail a call, and beside an echo they must not hide it."""
     kinds = [ECHO if ECHO_MARK in p else REFUSAL if REFUSAL_MARK in p else INCONSISTENT if INCONSISTENT_MARK in p
              else INVALID_OUTPUT for p in problems if GROUNDING_MARK not in p]
     for cause in (INVALID_OUTPUT, ECHO, REFUSAL, INCONSISTENT):

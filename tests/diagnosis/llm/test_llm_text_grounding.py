@@ -118,18 +118,21 @@ def test_a_grounded_root_cause_quote_is_kept_unchanged(fake_llm):
     assert result.details["root_cause"]["reason"] == reason and result.details["text_source"] == "model"
 
 
-def test_a_step_issue_naming_an_absent_tool_is_asked_again_then_dropped(fake_llm):
+def _step_issues_reply(*titles: str):
+    """Every step failed with one issue per title (the trace judge answers as usual)."""
     def reply(request):
         if judge_of(request) != "llm.step":
             return judge_reply(request, score=0.25)
         steps = [{"span_id": s["span_id"], "critique": "The step looked up the wrong invoice.", "score": 0.25,
-                  "verdict": "fail", "issues": [
-                      {"title": "`refund_tool` was never called", "detail": "d", "severity": "high", "evidence": []},
-                      {"title": "`invoice_lookup` got INV-8", "detail": "d", "severity": "high", "evidence": []}]}
+                  "verdict": "fail", "issues": [{"title": title, "detail": "d", "severity": "high", "evidence": []}
+                                                for title in titles]}
                  for s in data_block(request)["steps"]]
         return json.dumps({"steps": steps})
+    return reply
 
-    fake_llm.script(default=reply)
+
+def test_a_step_issue_naming_an_absent_tool_is_asked_again_then_dropped(fake_llm):
+    fake_llm.script(default=_step_issues_reply("`refund_tool` was never called", "`invoice_lookup` got INV-8"))
     results = judge_trace_with_llm(trace=linear_trace(2), rubrics=[], config=_config(fake_llm, trace_judge=False))
     assert fake_llm.call_count == 2
     for result in results:
@@ -205,17 +208,7 @@ def test_the_insight_page_notes_a_computed_text_and_why(project, owner):
 ])
 def test_a_step_issue_title_naming_no_failure_or_restating_the_task_is_asked_again_then_dropped(fake_llm, title,
                                                                                                   reason):
-    def reply(request):
-        if judge_of(request) != "llm.step":
-            return judge_reply(request, score=0.25)
-        steps = [{"span_id": s["span_id"], "critique": "The step looked up the wrong invoice.", "score": 0.25,
-                  "verdict": "fail", "issues": [
-                      {"title": title, "detail": "d", "severity": "high", "evidence": []},
-                      {"title": "Wrong invoice looked up: INV-8", "detail": "d", "severity": "high", "evidence": []}]}
-                 for s in data_block(request)["steps"]]
-        return json.dumps({"steps": steps})
-
-    fake_llm.script(default=reply)
+    fake_llm.script(default=_step_issues_reply(title, "Wrong invoice looked up: INV-8"))
     results = judge_trace_with_llm(trace=linear_trace(2), rubrics=[], config=_config(fake_llm, trace_judge=False))
     assert fake_llm.call_count == 2
     assert reason in fake_llm.requests[1]["messages"][-1]["content"]
