@@ -56,8 +56,8 @@ def diagnosis_run_headline(*, project: Project) -> DiagnosisRun | None:
     """The run the dashboard's figures come from: the best-ranked run whose insights are built (None before any).
     A run that is not full (a CI gate's, sampled, filtered) wrote no figures (insights/detached.py), so none of
     its runs is."""
-    runs = [run for run in DiagnosisRun.objects.filter(project=project, insights_status="done")
-            .order_by("-created_at")[:_CANDIDATE_RUNS] if run.writes_insights]
+    runs = list(DiagnosisRun.objects.filter(DiagnosisRun.writes_insights_q(), project=project, insights_status="done")
+                .order_by("-created_at")[:_CANDIDATE_RUNS])
     if not runs:
         return None
     ranker = headline_ranker(project_id=project.pk)

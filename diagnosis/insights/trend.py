@@ -19,10 +19,9 @@ def _latest_by_release(*, project_id: int, current_run_id=None
     (its traces of that release not all judged yet: open says how many are still to judge)."""
     # A run that keeps its clusters on itself (a CI gate's, sampled, filtered: insights/detached.py) gave no insight
     # figures, so it cannot describe a release: taken as the newest run of v1, a gate's made every trend read 0 there.
-    runs = [(run.pk, run.insights_summary) for run in DiagnosisRun.objects.filter(project_id=project_id).filter(
-        Q(insights_status="done") | Q(pk=current_run_id)).order_by("created_at", "pk")
-        .only("pk", "insights_summary", "continuous", "purpose", "sample_rate", "since", "until", "tags", "outcome",
-              "node", "trace_ids", "status") if run.writes_insights]
+    runs = list(DiagnosisRun.objects.filter(Q(insights_status="done") | Q(pk=current_run_id), project_id=project_id)
+                .filter(DiagnosisRun.writes_insights_q()).order_by("created_at", "pk")
+                .values_list("pk", "insights_summary"))
     waiting: dict[tuple, int] = {}
     for run_pk, release, n in (RunTrace.objects.filter(run_id__in=[pk for pk, _ in runs], status__in=RunTrace.OPEN)
                                .values("run_id", "trace__release").annotate(n=Count("pk"))

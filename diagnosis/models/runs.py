@@ -118,11 +118,18 @@ class DiagnosisRun(models.Model):
         (diagnosis/insights/headline.py)."""
         return self.status == self.Status.SUCCEEDED and self._scope_kind() == "full"
 
+    @classmethod
+    def writes_insights_q(cls) -> Q:
+        """writes_insights as a filter: a continuous run, or one that is neither a gate's, sampled nor filtered."""
+        unfiltered = Q(since__isnull=True, until__isnull=True, tags=[], outcome="", node="", trace_ids=[])
+        return Q(continuous=True) | (~Q(purpose=cls.Purpose.GATE) & Q(sample_rate__gte=1) & unfiltered)
+
     @property
     def writes_insights(self) -> bool:
         """Whether building this run's insights may create, merge or change the project's insights and tickets: not
         for a CI gate's, a sampled or a filtered run (a release alone is no filter), whose clusters are kept on the
-        run (diagnosis/insights/detached.py), whatever the state it ended in."""
+        run (diagnosis/insights/detached.py), whatever the state it ended in. writes_insights_q is the same rule as a
+        filter."""
         return self._scope_kind() not in ("CI gate", "sampled", "filtered")
 
     def _scope_kind(self) -> str:

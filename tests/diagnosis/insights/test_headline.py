@@ -37,6 +37,19 @@ def test_full_means_a_whole_release_or_everything_judged_to_the_end(project):
     assert labels == {"release v2, full", "release v1, CI gate", "all releases, stopped early"}
 
 
+def test_the_runs_filter_of_writing_insights_is_the_property(project):
+    """headline.py and trend.py filter the runs in the database with writes_insights_q: it picks exactly the runs whose
+    writes_insights is true, whatever scope and state they have."""
+    scopes = (dict(), dict(release="v2"), dict(purpose=Purpose.GATE), dict(continuous=True, continuous_key="d"),
+              dict(continuous=True, continuous_key="e", node="planner"), dict(sample_rate=0.5), dict(node="planner"),
+              dict(outcome="failure"), dict(tags=["ci"]), dict(trace_ids=["ab"]), dict(since=timezone.now()),
+              dict(until=timezone.now()), dict(status=Status.BUDGET_EXHAUSTED), dict(status=Status.CANCELLED))
+    runs = [_run(project, minutes=n, **scope) for n, scope in enumerate(scopes)]
+    writing = {run.pk for run in runs if run.writes_insights}
+    assert len(writing) == 6  # everything, v2, continuous (twice: its scope is the day), stopped early (twice)
+    assert set(DiagnosisRun.objects.filter(DiagnosisRun.writes_insights_q()).values_list("pk", flat=True)) == writing
+
+
 def test_the_newest_release_is_the_one_first_received_last(project):
     assert release_newest(project_id=project.pk) == ""
     for index, release in enumerate(["v1", "v2", "", "v1"]):
