@@ -75,11 +75,20 @@ def demo(request, tmp_path_factory):
     assert not hung, "scripts/demo.sh did not stop within 30 s of SIGTERM"
 
 
+def as_from_a_terminal() -> None:
+    """Popen's preexec_fn for a script a test stops with Ctrl-C: SIGINT and SIGQUIT as a terminal leaves them. A test
+    run started in the background by a non-interactive shell (`(pytest … &)`) inherits them ignored, and bash can
+    neither trap nor reset a signal ignored on entry: the script's Ctrl-C handling would go unseen (issue 44)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+
+
 def demo_start(*, env: dict, port: int) -> tuple[subprocess.Popen, str]:
     """scripts/demo.sh in a session of its own, once it says it is up (its output so far); fails the test if not."""
     process = subprocess.Popen(
         ["bash", "scripts/demo.sh", "--no-install", "--port", str(port)],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        preexec_fn=as_from_a_terminal,
     )
     lines: list[str] = []
     deadline = time.monotonic() + 240

@@ -23,7 +23,7 @@ from django.conf import settings
 
 from evolution.deploy.commands import process_stat
 from tests.conftest import free_port
-from tests.foundation.test_demo import _demo_sessions, _embedded_env, _kill_sessions, demo_start
+from tests.foundation.test_demo import _demo_sessions, _embedded_env, _kill_sessions, as_from_a_terminal, demo_start
 
 ROOT = Path(settings.BASE_DIR)
 
@@ -137,7 +137,8 @@ def test_the_demo_stops_its_children_quietly(tmp_path, signum):
     script = tmp_path / "children.sh"
     script.write_text(CHILDREN)
     process = subprocess.Popen(["bash", str(script), str(ROOT)], cwd=tmp_path, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                               stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                               preexec_fn=as_from_a_terminal)
     children: set[int] = set()
     try:
         assert process.stdout.readline() == "Press Ctrl-C to stop.\n"
