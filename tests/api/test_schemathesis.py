@@ -72,6 +72,9 @@ def _case_count(request):
         print(line, file=sys.stderr)
 
 
+SERVED: dict = {}  # the schema /api/schema/ served first: fetched once per process (half a second a test otherwise)
+
+
 @pytest.fixture
 def served_schema(db, settings):
     """The schema as /api/schema/ serves it, requests sent in-process through the WSGI application."""
@@ -81,7 +84,12 @@ def served_schema(db, settings):
     request_started.disconnect(close_old_connections)
     request_finished.disconnect(close_old_connections)
     try:
-        yield schemathesis.openapi.from_wsgi("/api/schema/", get_wsgi_application())
+        app = get_wsgi_application()
+        if "raw" not in SERVED:
+            SERVED["raw"] = schemathesis.openapi.from_wsgi("/api/schema/", app).raw_schema
+        schema = schemathesis.openapi.from_dict(copy.deepcopy(SERVED["raw"]))  # a test's loader may resolve it in place
+        schema.app, schema.location = app, "/api/schema/"
+        yield schema
     finally:
         request_started.connect(close_old_connections)
         request_finished.connect(close_old_connections)
