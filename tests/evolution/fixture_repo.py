@@ -144,7 +144,8 @@ CONFIG = {
     "editable_paths": ["router/**"],
     "denied_paths": ["grading/**", "tests/**", "evolution.json"],
     "install_command": "",
-    "test_command": "python -m pytest -q -p no:cacheprovider tests",
+    # Without the plugins of the venv it runs in (Clear's, with pytest-django, xdist, playwright...): 0.2 s, not 1.8.
+    "test_command": "env PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 python -m pytest -q -p no:cacheprovider tests",
     "trial_command": "python -m router run-task --task {task_id} --seed {seed} --out {out}/result.json",
     "grader_command": "python grading/grade.py --out {out} --task {task_id}",
     "health_command": "python health.py",
