@@ -30,6 +30,7 @@ class Demo:
     var_dir: Path
     env: dict
     output: str
+    state_reader: subprocess.Popen | None = None  # _demo_state's
 
 
 def _embedded_env(var_dir: Path) -> dict:
@@ -58,7 +59,11 @@ def demo(request, tmp_path_factory):
     login = re.search(r"login: (\S+)", output).group(1)
     password = re.search(r"password: (\S+)", output).group(1)
     env["SECRET_KEY_FILE"] = str(var_dir / "secret_key")
-    yield Demo(f"http://127.0.0.1:{port}", login, password, var_dir, env, output)
+    demo = Demo(f"http://127.0.0.1:{port}", login, password, var_dir, env, output)
+    yield demo
+    if demo.state_reader is not None:
+        demo.state_reader.stdin.close()  # its loop ends
+        demo.state_reader.wait(timeout=30)
     # Read before the script exits: its worker and web server are reparented then.
     sessions = _demo_sessions(process.pid)
     os.killpg(process.pid, signal.SIGTERM)
@@ -208,27 +213,37 @@ def test_demo_registers_the_example_agent_as_an_evolution_target(demo):
 
 # ---- one row per planted bug, through every refresh (issue 39) ------------------------------------------------
 
+# One line of state for each line read: one Django process answers every poll of a test (a `manage.py shell` per
+# poll cost two seconds of CPU each, on a machine the suite keeps busy).
 _STATE = """
-import json
+import json, sys
 from diagnosis.models import DiagnosisRun, Insight
 from traces.models import Trace
-run = DiagnosisRun.objects.filter(continuous=True).order_by("-created_at").first()
-refresh = ((run.insights_summary or {}).get("refresh") or {}) if run else {}
-print(json.dumps({
-    "traces": Trace.objects.count(), "refreshes": refresh.get("count", 0), "reclusterings": refresh.get("full_count", 0),
-    "busy": run is not None and run.insights_status in ("queued", "running"),
-    "insights": sorted([i.pk, i.level, i.node, i.title, i.severity] for i in Insight.objects.filter(
-        merged_into__isnull=True, is_other=False, status__in=["open", "acknowledged"])),
-}))
+for _ in sys.stdin:
+    run = DiagnosisRun.objects.filter(continuous=True).order_by("-created_at").first()
+    refresh = ((run.insights_summary or {}).get("refresh") or {}) if run else {}
+    print(json.dumps({
+        "traces": Trace.objects.count(), "refreshes": refresh.get("count", 0),
+        "reclusterings": refresh.get("full_count", 0),
+        "busy": run is not None and run.insights_status in ("queued", "running"),
+        "insights": sorted([i.pk, i.level, i.node, i.title, i.severity] for i in Insight.objects.filter(
+            merged_into__isnull=True, is_other=False, status__in=["open", "acknowledged"])),
+    }), flush=True)
 """
 
 
 def _demo_state(demo) -> dict:
-    """Read from the demo's own database (SQLite in its var dir, or its Postgres database)."""
-    result = subprocess.run([sys.executable, "manage.py", "shell", "-c", _STATE], cwd=ROOT, env=demo.env,
-                            capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    """Read from the demo's own database (SQLite in its var dir, or its Postgres database), in autocommit: each
+    answer sees what the demo has committed by then."""
+    if demo.state_reader is None or demo.state_reader.poll() is not None:
+        demo.state_reader = subprocess.Popen([sys.executable, "manage.py", "shell", "-v", "0", "-c", _STATE],
+                                             cwd=ROOT, env=demo.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                             text=True)
+    demo.state_reader.stdin.write("\n")
+    demo.state_reader.stdin.flush()
+    line = demo.state_reader.stdout.readline()
+    assert line, f"the state reader ended with {demo.state_reader.wait(timeout=30)}"
+    return json.loads(line)
 
 
 def _login(page, demo) -> None:
