@@ -23,8 +23,9 @@ postgres_only = pytest.mark.skipif(settings.DATABASES["default"]["ENGINE"] != "d
                                    reason="tests a Postgres-only fast path; the portable path is tested beside it")
 
 # Under pytest-xdist (scripts/test.sh runs the whole suite on 3 workers) each test is scheduled on its own, as with
-# --dist load, except that the tests of these modules go to one worker together: their module-scoped fixture is
-# expensive (the demo: migrations, a worker and gunicorn, ~20 s up and more down) and would be built on each.
+# --dist load, except that the tests of these modules go to one worker together, those of each parameter of their
+# module-scoped fixture apart: that fixture is expensive (the demo: migrations, a worker and gunicorn, ~20 s up and
+# more down) and would be built on each worker, while its SQLite and Postgres demos can run on two at once.
 # xdist's own --dist loadgroup cannot be used for this: on pytest 9 it no longer sees xdist_group marks.
 ONE_WORKER_MODULES = {"tests/foundation/test_demo.py", "tests/foundation/test_shared_guards.py"}
 
@@ -37,8 +38,10 @@ def pytest_xdist_make_scheduler(config, log):
 
     class ModuleGroupScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            module = nodeid.split("::", 1)[0]
-            return module if module in ONE_WORKER_MODULES else nodeid
+            module, _, name = nodeid.partition("::")
+            if module not in ONE_WORKER_MODULES:
+                return nodeid
+            return module + (name[name.rindex("["):] if name.endswith("]") else "")
 
     return ModuleGroupScheduling(config, log)
 
