@@ -118,6 +118,7 @@ def _fisher_exact(table: list[list[int]]) -> tuple[float, float]:
     odds, p = fisher_exact(table, alternative="greater")
     return odds, p
 
+
 def _finite(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
