@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings
+from django.db import DEFAULT_DB_ALIAS, connections
 
 # Playwright's sync API runs an event loop in the test thread; Django would then refuse ORM calls from it.
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
@@ -19,7 +20,7 @@ pytest_plugins = ["tests.support.repeat"]  # --repeat-count/--repeat-id: scripts
 
 # scripts/test.sh runs the suite on Postgres, then the page, API, CLI and ingestion tests again on SQLite
 # (CLEAR_TEST_DATABASE=sqlite); a test of a Postgres-only fast path (COPY, advisory locks) is marked with this.
-postgres_only = pytest.mark.skipif(settings.DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql",
+postgres_only = pytest.mark.skipif(connections[DEFAULT_DB_ALIAS].vendor != "postgresql",
                                    reason="tests a Postgres-only fast path; the portable path is tested beside it")
 
 # Under pytest-xdist (scripts/test.sh runs the whole suite on 3 workers) each test is scheduled on its own, as with
