@@ -371,6 +371,8 @@ def _name_synthetic(*, model: str, count: int) -> list[dict]:
     """Clear's insight namer (diagnosis/insights/naming.py) on hand-written clusters: its real call path."""
     from types import SimpleNamespace
 
+    from diagnosis.clustering import ClusterName
+    from diagnosis.clustering.naming import shorten, title_generalize
     from diagnosis.insights.naming import NamingUsage, llm_namer_build
 
     usage = NamingUsage()
@@ -381,7 +383,9 @@ def _name_synthetic(*, model: str, count: int) -> list[dict]:
                                   size=len(texts) * 3, trace_ids=[f"t{j}" for j in range(len(texts) * 2)],
                                   nodes={node or "agent": len(texts) * 3})
         request = SimpleNamespace(cluster=cluster, medoid_text=texts[0], example_texts=texts,
-                                  terms=[w for w in texts[0].lower().split() if len(w) > 5][:5], offline=None)
+                                  terms=[w for w in texts[0].lower().split() if len(w) > 5][:5])
+        # The offline name, as name_clusters passes it: what a refused model name is replaced by.
+        request.offline = ClusterName(title=shorten(title_generalize(texts[0])), description="", terms=request.terms)
         name = namer(request) if namer is not None else None
         names.append({"node": node, "medoid": texts[0], "title": name.title if name else None,
                       "source": (f"computed: {name.note[:120]}" if name.note else name.source) if name
