@@ -3,7 +3,7 @@
 from diagnosis.services.cache import judge_cache_get, judge_cache_key, judge_cache_put
 from diagnosis.services.continuous import continuous_tick
 from diagnosis.services.evidence import evidence_verify
-from diagnosis.services.rubrics import rubric_create, rubric_delete, rubric_update
+from diagnosis.services.rubrics import rubric_create, rubric_create_demo_set, rubric_delete, rubric_update
 from diagnosis.services.run_start import diagnosis_run_retry_errors
 from diagnosis.services.runs import (
     diagnosis_run_begin,
@@ -34,6 +34,7 @@ __all__ = [
     "judge_cache_key",
     "judge_cache_put",
     "rubric_create",
+    "rubric_create_demo_set",
     "rubric_delete",
     "rubric_update",
     "run_trace_fail",

@@ -71,6 +71,29 @@ def rubric_delete(*, rubric: Rubric) -> None:
     rubric.delete()
 
 
+# The rubrics an engineer would write for the support desk (examples/support_desk/BUGS.md says which judge catches
+# which bug): the demo creates them, and the attribution benchmark judges the example agent with them as the demo does.
+DEMO_RUBRICS: tuple[tuple[str, str, dict], ...] = (
+    ("The mediator keeps every fact a tool returned", "coverage",
+     {"path": ["$.order_id", "$.tracking_number", "$.invoice_id", "$.articles[*].id"],
+      "sources": {"kind": "TOOL"}, "target": {"node": "mediator", "kind": "LLM"}}),
+    ("Refund tickets are not answered from the order records", "tool_never",
+     {"tool": "order_lookup", "when": {"goal_regex": r"\brefund"}}),
+    ("Refund requests are routed to billing", "regex",
+     {"pattern": r'"intent":\s*"refund"[^}]*"worker":\s*"orders_worker"', "expect": "absent",
+      "spans": {"node": "planner", "kind": "LLM"}}),
+)
+
+
+def rubric_create_demo_set(*, project: Project) -> list[Rubric]:
+    """The demo's rubrics (DEMO_RUBRICS) in `project`, each created once through rubric_create."""
+    created = []
+    for name, kind, config in DEMO_RUBRICS:
+        if not Rubric.objects.filter(project=project, name=name).exists():
+            created.append(rubric_create(project=project, name=name, kind=kind, config=config))
+    return created
+
+
 def rubric_as_dict(rubric: Rubric) -> dict:
     """The plain-data form judges receive (rubric checks and the LLM judges)."""
     return {"id": rubric.pk, "name": rubric.name, "kind": rubric.kind, "node": rubric.node,

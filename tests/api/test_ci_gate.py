@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from clear.cli_gate import md_escape
-from diagnosis.management.commands.demo_setup import _demo_rubrics_create
+from diagnosis.services.rubrics import rubric_create_demo_set
 from diagnosis.models import DiagnosisRun, Insight
 from traces.models import Trace
 
@@ -44,7 +44,7 @@ def _gate(url: str, key: str, *args: str) -> subprocess.CompletedProcess:
 def test_the_gate_fails_a_release_with_a_planted_bug(live_server, celery_worker, project, issued_key, settings,
                                                        tmp_path):
     settings.CLEAR_JUDGE_MODEL = ""
-    _demo_rubrics_create(project=project)
+    rubric_create_demo_set(project=project)
     _send_suite(live_server.url, issued_key.secret, "A", "none")
     _send_suite(live_server.url, issued_key.secret, "B", "misroute")
     assert Trace.objects.filter(project=project, release="A").count() == 22

@@ -143,10 +143,10 @@ def test_the_gate_counts_each_planted_bug_once(gate_env, project, capsys):
     """Issue 39: on the demo's data (v1 every bug, v2 without the misroute, one full run over both), `gate --release
     v2 --baseline-release v1` lists the misroute once, as resolved: its node patterns of the gate's runs (the planner's
     rubric finding, which no stored node insight matches without the contrastive judge) are under it."""
-    from diagnosis.management.commands.demo_setup import _demo_rubrics_create
+    from diagnosis.services.rubrics import rubric_create_demo_set
     from tests.diagnosis.insights.conftest import diagnose
 
-    _demo_rubrics_create(project=project)
+    rubric_create_demo_set(project=project)
     support_desk_ingest(project=project, bugs="all", release="v1", seed=0)
     support_desk_ingest(project=project, bugs="mediator_race,retry_loop", release="v2", seed=1)
     diagnose(project, "")

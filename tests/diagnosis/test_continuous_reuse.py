@@ -132,10 +132,10 @@ def test_an_early_refresh_over_part_of_the_day_leaves_no_bug_in_other(project, q
     """The demo on a busy machine: the continuous run's first re-clustering saw a few traces and put their statements
     in "other" buckets (too few to cluster); later re-clusterings placed them in the insights, and the emptied
     buckets ("Other feedback at planner", …) stayed as rows beside the bugs. An emptied bucket is no row."""
-    from diagnosis.management.commands.demo_setup import _demo_rubrics_create
+    from diagnosis.services.rubrics import rubric_create_demo_set
     from diagnosis.selectors import insight_list
 
-    _demo_rubrics_create(project=project)
+    rubric_create_demo_set(project=project)
     support_desk_ingest(project=project, bugs="all", release="v1", seed=0)
     support_desk_ingest(project=project, bugs="mediator_race,retry_loop", release="v2", seed=1)
     diagnose(project, "")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from diagnosis.management.commands.demo_setup import _demo_rubrics_create
+from diagnosis.services.rubrics import rubric_create_demo_set
 from diagnosis.models import InsightEvent
 from diagnosis.tickets.models import Ticket
 from evolution.deploy import hot_swap_config_validate, release_current_get
@@ -41,7 +41,7 @@ def _send_suite(url: str, key: str, release: str, bugs: str) -> None:
 @pytest.fixture
 def desk(live_server, project, issued_key, settings):
     settings.CLEAR_JUDGE_MODEL = ""
-    _demo_rubrics_create(project=project)
+    rubric_create_demo_set(project=project)
 
     def send(release: str, bugs: str):
         _send_suite(live_server.url, issued_key.secret, release, bugs)

@@ -570,7 +570,7 @@ def test_issue_11_acceptance_evolve_hot_swap_and_the_next_release_fixes_the_insi
     import subprocess
     import sys
 
-    from diagnosis.management.commands.demo_setup import _demo_rubrics_create
+    from diagnosis.services.rubrics import rubric_create_demo_set
     from diagnosis.tickets.models import Ticket as TicketModel
     from evolution.deploy import hot_swap_config_validate, release_current_get
     from evolution.models import InsightFix
@@ -583,7 +583,7 @@ def test_issue_11_acceptance_evolve_hot_swap_and_the_next_release_fixes_the_insi
 
     repo_root = Path(__file__).resolve().parents[2]
     settings.CLEAR_JUDGE_MODEL = ""
-    _demo_rubrics_create(project=project)
+    rubric_create_demo_set(project=project)
 
     def send(release: str, bugs: str):
         result = subprocess.run([sys.executable, "-m", "examples.support_desk", "run", "--bugs", bugs, "--release",

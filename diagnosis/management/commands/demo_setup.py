@@ -8,6 +8,7 @@ from django.db import transaction
 
 from clear.projects.models import Project
 from clear.projects.services import api_key_create, membership_add, project_create, user_get_or_create
+from diagnosis.services.rubrics import rubric_create_demo_set
 
 DEMO_EMAIL = "demo@clear.local"
 DEMO_PROJECT = "Support desk demo"
@@ -54,7 +55,7 @@ class Command(BaseCommand):
         project = Project.objects.filter(name=DEMO_PROJECT).first() or project_create(name=DEMO_PROJECT)
         membership_add(project=project, user=user, role="owner")
         issued = api_key_create(project=project, name="demo", created_by=user)
-        _demo_rubrics_create(project=project)
+        rubric_create_demo_set(project=project)
         return {
             "login": DEMO_EMAIL,
             "password": password,
@@ -63,24 +64,3 @@ class Command(BaseCommand):
             "public_key": issued.api_key.public_key,
             "secret_key": issued.secret,
         }
-
-
-def _demo_rubrics_create(*, project: Project) -> None:
-    """The rubrics an engineer would write for the support desk (examples/support_desk/BUGS.md says which judge
-    catches which bug), created through the normal service so the demo's diagnosis shows every planted bug."""
-    from diagnosis.models import Rubric
-    from diagnosis.services.rubrics import rubric_create
-
-    rubrics = [
-        ("The mediator keeps every fact a tool returned", "coverage",
-         {"path": ["$.order_id", "$.tracking_number", "$.invoice_id", "$.articles[*].id"],
-          "sources": {"kind": "TOOL"}, "target": {"node": "mediator", "kind": "LLM"}}),
-        ("Refund tickets are not answered from the order records", "tool_never",
-         {"tool": "order_lookup", "when": {"goal_regex": r"\brefund"}}),
-        ("Refund requests are routed to billing", "regex",
-         {"pattern": r'"intent":\s*"refund"[^}]*"worker":\s*"orders_worker"', "expect": "absent",
-          "spans": {"node": "planner", "kind": "LLM"}}),
-    ]
-    for name, kind, config in rubrics:
-        if not Rubric.objects.filter(project=project, name=name).exists():
-            rubric_create(project=project, name=name, kind=kind, config=config)

@@ -200,13 +200,13 @@ DECIDER = {"mediator_race": "mediator", "misroute": "planner", "retry_loop": "bi
 
 @pytest.mark.django_db
 def test_the_demos_bugs_cite_the_deciding_agents_steps_and_no_recommendation_says_where_to_start(project, settings):
-    from diagnosis.management.commands.demo_setup import _demo_rubrics_create
+    from diagnosis.services.rubrics import rubric_create_demo_set
     from diagnosis.tickets.models import Ticket
     from tests.diagnosis.insights.conftest import TOUCHED_BY, held, tasks_of
     from tests.diagnosis.support import support_desk_ingest
 
     settings.CLEAR_JUDGE_MODEL = ""
-    _demo_rubrics_create(project=project)
+    rubric_create_demo_set(project=project)
     support_desk_ingest(project=project, bugs="all", release="v1", seed=0)
     support_desk_ingest(project=project, bugs="mediator_race,retry_loop", release="v2", seed=1)
     run = diagnose(project, "")

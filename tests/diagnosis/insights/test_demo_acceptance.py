@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from diagnosis.management.commands.demo_setup import _demo_rubrics_create
+from diagnosis.services.rubrics import rubric_create_demo_set
 from diagnosis.models import Insight, InsightLink
 from diagnosis.tickets.models import Ticket
 from tests.diagnosis.insights.conftest import diagnose, tasks_of
@@ -37,7 +37,7 @@ def _bugs(insight: Insight, run) -> set[str]:
 
 def test_one_ticket_per_planted_bug_at_its_node(project, settings):
     settings.CLEAR_JUDGE_MODEL = ""
-    _demo_rubrics_create(project=project)
+    rubric_create_demo_set(project=project)
     support_desk_ingest(project=project, bugs="all", release="v1", seed=0)
     support_desk_ingest(project=project, bugs="mediator_race,retry_loop", release="v2", seed=1)
     run = diagnose(project, "")
@@ -64,7 +64,7 @@ def test_one_row_per_planted_bug_in_the_default_list(project, settings):
     from diagnosis.selectors.problems import insight_nodes_map
 
     settings.CLEAR_JUDGE_MODEL = ""
-    _demo_rubrics_create(project=project)
+    rubric_create_demo_set(project=project)
     support_desk_ingest(project=project, bugs="all", release="v1", seed=0)
     support_desk_ingest(project=project, bugs="mediator_race,retry_loop", release="v2", seed=1)
     run = diagnose(project, "")

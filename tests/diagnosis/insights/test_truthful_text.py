@@ -16,7 +16,7 @@ import pytest
 
 from diagnosis.judges.rubric_checks import rubric_check
 from diagnosis.judges.rubric_config import rubric_config_validate
-from diagnosis.management.commands.demo_setup import _demo_rubrics_create
+from diagnosis.services.rubrics import rubric_create_demo_set
 from diagnosis.models import Insight
 from diagnosis.tickets.models import Ticket
 from tests.diagnosis.insights.conftest import diagnose
@@ -83,7 +83,7 @@ def test_the_naming_prompt_shows_an_example_title_not_field_descriptions():
 def demo_run(project, settings):
     """The demo's diagnosis without a model: v1 with every planted bug, v2 with the misroute fixed, its rubrics."""
     settings.CLEAR_JUDGE_MODEL = ""
-    _demo_rubrics_create(project=project)
+    rubric_create_demo_set(project=project)
     support_desk_ingest(project=project, bugs="all", release="v1", seed=0)
     support_desk_ingest(project=project, bugs="mediator_race,retry_loop", release="v2", seed=1)
     return diagnose(project, "")
