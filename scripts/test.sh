@@ -24,6 +24,10 @@ source "$(dirname "$0")/_common.sh"  # .venv exists now
 bash scripts/services.sh
 
 export DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/clear}"
+# Three test workers and their servers share two cores: the idle threads of torch and the BLAS libraries spin while
+# they wait, so each process keeps to one (issue 44: the insight modules 5-9% faster measured).
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" OPENBLAS_NUM_THREADS="${OPENBLAS_NUM_THREADS:-1}"
+export MKL_NUM_THREADS="${MKL_NUM_THREADS:-1}" CLEAR_EMBEDDING_THREADS="${CLEAR_EMBEDDING_THREADS:-1}"
 # Databases 13-15 for the three workers of the whole suite, 10-12 for the SQLite pass's (see below).
 export CLEAR_TEST_REDIS_URL="${CLEAR_TEST_REDIS_URL:-redis://127.0.0.1:6379/13}"
 mkdir -p var/screenshots

@@ -305,6 +305,9 @@ if CLEAR_JUDGE_STRUCTURED_OUTPUT not in STRUCTURED_OUTPUT_MODES:
     raise ImproperlyConfigured(f"CLEAR_JUDGE_STRUCTURED_OUTPUT={CLEAR_JUDGE_STRUCTURED_OUTPUT!r}: "
                                f"{STRUCTURED_OUTPUT_HINT}")
 CLEAR_EMBEDDING_MODEL = env_str("CLEAR_EMBEDDING_MODEL")
+# torch threads of the embedding model; 0: one per core. Several Clear processes on few cores each want fewer: torch's
+# idle threads spin, and processes sharing two cores burn CPU waiting on each other (scripts/test.sh sets 1).
+CLEAR_EMBEDDING_THREADS = env_int("CLEAR_EMBEDDING_THREADS", 0)
 CLEAR_TRACE_QUIET_SECONDS = env_float("CLEAR_TRACE_QUIET_SECONDS", 30.0)
 
 # REST API (/api/v1/, clear/api/): rate limit per API key, docs UI served from drf-spectacular-sidecar (no CDN).

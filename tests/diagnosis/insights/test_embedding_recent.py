@@ -44,3 +44,12 @@ def test_vectors_read_from_the_table_are_kept_and_the_oldest_leave_first(recent,
     monkeypatch.setattr(embedding, "_RECENT_MAX", 2)
     _, third, _ = statement_vectors(["A write passes a value the user never gave."], embedder)
     assert list(recent) == [keys[1], third[0]]
+
+
+@pytest.mark.parametrize("setting, expected", [(1, 1), (0, None)])
+def test_the_embedding_model_runs_on_the_threads_the_setting_names(settings, monkeypatch, setting, expected):
+    import os
+
+    monkeypatch.setattr(embedding, "_EMBEDDERS", {})
+    settings.CLEAR_EMBEDDING_THREADS = setting
+    assert embedder_get().num_threads == (expected or os.cpu_count())
