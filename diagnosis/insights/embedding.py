@@ -73,7 +73,7 @@ def embedder_get():
     model = getattr(settings, "CLEAR_EMBEDDING_MODEL", "") or ""
     embedder = _EMBEDDERS.get(model)
     if embedder is None:
-        threads = int(getattr(settings, "CLEAR_EMBEDDING_THREADS", 0) or 0)
+        threads = settings.CLEAR_EMBEDDING_THREADS
         embedder = _EMBEDDERS[model] = Embedder(model or None, num_threads=threads if threads > 0 else None)
     embedder.cache = DbEmbeddingCache(embedder.model_id)
     return embedder

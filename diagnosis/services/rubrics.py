@@ -72,7 +72,7 @@ def rubric_delete(*, rubric: Rubric) -> None:
 
 
 # The rubrics an engineer would write for the support desk (examples/support_desk/BUGS.md says which judge catches
-# which bug): the demo creates them, and the attribution benchmark judges the example agent with them as the demo does.
+# which bug): the demo creates them (demo_setup), and the tests that judge the demo's traces as the demo does.
 DEMO_RUBRICS: tuple[tuple[str, str, dict], ...] = (
     ("The mediator keeps every fact a tool returned", "coverage",
      {"path": ["$.order_id", "$.tracking_number", "$.invoice_id", "$.articles[*].id"],

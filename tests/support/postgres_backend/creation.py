@@ -4,7 +4,7 @@ process: the xdist workers of one run, and later runs of the same code on the sa
 Migrating the schema took about 9 s of CPU per process (Django renders every migration's model state); copying the
 template takes well under a second. The template's name holds a digest of the migration files and Django's version,
 and the day (the span table's daily partitions are made by a migration, relative to today), so a template of other
-code or of another day is never used: it is dropped when a new one is built, unless another run is copying it.
+code or of another day is never used: it is dropped when a new one is built, unless a session is connected to it.
 Building and copying happen under an advisory lock of the server, so processes never copy a half-built template."""
 
 import hashlib
@@ -75,4 +75,4 @@ class DatabaseCreation(creation.DatabaseCreation):
                 try:
                     cursor.execute(f"DROP DATABASE {self.connection.ops.quote_name(stale)}")
                 except Error:
-                    pass  # another run is copying it
+                    pass  # a session is connected to it (copies happen under the lock, so not a copy)
