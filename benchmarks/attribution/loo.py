@@ -6,7 +6,9 @@ Datasets: Who&When algorithm-generated (the labelled agent and step), tau-airlin
 labelled wrong or unexpected write; single agent, so exact step is what counts) and the example agent
 (examples/support_desk: seeds 0-2 × faults `all`, `mediator_race`, `misroute,retry_loop`; the deciding agent's LLM step
 where each planted fault acted, from the desk's labels generator). Each is imported into its own project of one
-throw-away database, trace files only; its failed traces are read as run.py reads them, and only then labelled.
+throw-away database, trace files only; its failed traces are read as run.py reads them, and only then labelled. The
+example agent is judged as the demo judges it (a diagnosis run with the demo's rubrics); the other two by the rule
+judges in place, as a project with no diagnosis run would be.
 
 Settings tried (diagnosis/attribution/crossval.py): the logistic model over GRID (columns, regularisation, agent mode)
 and fixed-weight scorers over WEIGHT_GRID (the heuristic's summed evidence plus transferable features at a few weights
@@ -47,7 +49,21 @@ def _example_agent_examples(project, folder: Path) -> tuple[list, list[dict]]:
 
     _, rows = example_agent_dataset(dest=folder, seeds=EXAMPLE_SEEDS, bug_specs=EXAMPLE_BUG_SPECS)
     dataset_import(project=project, folder=folder, pattern=TRACE_PATTERN)
+    _judge_as_the_demo_does(project)
     return _example_agent_label(failed_examples(project), rows), rows
+
+
+def _judge_as_the_demo_does(project) -> None:
+    """The demo's judging (scripts/demo.sh: `diagnose --inline` with the demo's rubrics, no model): a diagnosis run of
+    the default judges and DEMO_RUBRICS, in this process, whose stored feedback the attribution then reads. Judged by
+    the rule judges alone, the planner's routing decision fails no judge and the benchmark would not see what the
+    product shows on the demo."""
+    from diagnosis.services import diagnosis_run_execute, diagnosis_run_start, rubric_create_demo_set
+
+    rubric_create_demo_set(project=project)
+    run = diagnosis_run_execute(run=diagnosis_run_start(project=project, enqueue=False))
+    if run.status != "succeeded":
+        raise RuntimeError(f"the example agent's diagnosis run {run.status}: {run.failure_message}")
 
 
 def _example_agent_label(examples: list, rows: list[dict]) -> list:

@@ -176,5 +176,6 @@ def main(argv=None) -> dict:
                                 bench=lambda: run_bench(args))
     print_result(result)
     if args.json_out:
+        Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json_out).write_text(json.dumps(result, indent=1, default=str))
     return result

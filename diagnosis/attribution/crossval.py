@@ -9,6 +9,7 @@ says how much of a figure is memory. Baselines are scored on the same traces (th
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from itertools import product
 
@@ -108,9 +109,9 @@ def _gain(pairs: list[tuple[Example, object]], kind: str) -> float:
 
 
 def threshold_choose(pairs_by_dataset: dict[str, list[tuple[Example, object]]], *, kind: str) -> float:
-    """The threshold on out-of-fold answers of the training datasets (never the dataset it will be scored on): the
-    one whose confident answers beat the best baseline on the same runs by the most in the worst dataset, keeping
-    MIN_CONFIDENT_SHARE of each dataset's runs. `kind` "agent": the agent's share on multi-agent traces, scored by
+    """The threshold on out-of-fold answers of the training datasets (never the dataset it will be scored on),
+    keeping MIN_CONFIDENT_SHARE of each dataset's runs: the lowest one whose confident answers beat the best baseline
+    on the same runs, in the worst dataset, by no less than the best such gain minus its standard error. `kind` "agent": the agent's share on multi-agent traces, scored by
     agent; "step": the top step's share on every trace, scored by exact step."""
     measured = {}
     for name, pairs in pairs_by_dataset.items():
@@ -120,7 +121,7 @@ def threshold_choose(pairs_by_dataset: dict[str, list[tuple[Example, object]]], 
             measured[name] = [(p.confidence if kind == "agent" else p.step_share, e, p) for e, p in pairs]
     if not measured:
         return 0.0
-    best, best_value = 0.0, None
+    tried = []  # (threshold, the worst dataset's gain, that gain's standard error)
     for threshold in sorted({round(c, 3) for rows in measured.values() for c, _, _ in rows}):
         worst = None
         for rows in measured.values():
@@ -129,10 +130,17 @@ def threshold_choose(pairs_by_dataset: dict[str, list[tuple[Example, object]]], 
                 worst = None
                 break
             gain = _gain(kept, kind)
-            worst = gain if worst is None else min(worst, gain)
-        if worst is not None and (best_value is None or worst > best_value + 1e-9):
-            best, best_value = threshold, worst
-    return best
+            if worst is None or gain < worst[0]:
+                accuracy = sum(_correct(e, p, kind) for e, p in kept) / len(kept)
+                worst = (gain, math.sqrt(accuracy * (1 - accuracy) / len(kept)))
+        if worst is not None:
+            tried.append((threshold, *worst))
+    if not tried:
+        return 0.0
+    # The lowest threshold whose worst gain is within one standard error of the best one: a higher threshold that
+    # gains less than its own noise only silences answers (the one-standard-error rule of model selection).
+    _, best_gain, best_error = max(tried, key=lambda t: (t[1], -t[0]))
+    return min(threshold for threshold, gain, _ in tried if gain >= best_gain - best_error - 1e-9)
 
 
 def thresholds_choose(examples_by_dataset: dict[str, list[Example]], *, settings: dict, inner: int) -> dict:
@@ -158,11 +166,12 @@ WEIGHT_GRID = {"heuristic_score": (1.0,), "first_failing_decision": (0.0, 0.5, 1
                "decides_first_failing_call": (0.0, 0.5, 1.0),
                "decides_first_write": (0.0, 2.0), "drops_tool_value": (0.0, 1.0, 2.0), "handoff_out": (0.0, 0.5),
                "agent_share": (0.0, 1.0)}
+SHARPNESS = (1.0, 2.0)  # learned.weights_model: every weight times this
 
 
 def weight_settings() -> list[dict]:
-    return [{"weights": dict(zip(WEIGHT_GRID, values)), "agent_mode": mode}
-            for values in product(*WEIGHT_GRID.values()) for mode in ("step", "sum")]
+    return [{"weights": dict(zip(WEIGHT_GRID, values)), "agent_mode": mode, "sharpness": sharpness}
+            for values in product(*WEIGHT_GRID.values()) for mode in ("step", "sum") for sharpness in SHARPNESS]
 
 
 def settings_choose(examples: list[Example], *, inner: int) -> dict:

@@ -257,16 +257,20 @@ class Model:
 OFFSET = 30.0
 
 
-def weights_model(*, weights: dict[str, float], agent_mode: str = "sum", threshold_agent: float = 0.0,
-                  threshold_step: float = 0.0, trained_on: str = "") -> Model:
+def weights_model(*, weights: dict[str, float], agent_mode: str = "sum", sharpness: float = 1.0,
+                  threshold_agent: float = 0.0, threshold_step: float = 0.0, trained_on: str = "") -> Model:
     """A scorer with fixed weights on a few columns (no standardising): the heuristic's evidence and transferable
-    features, weighed by a setting chosen leaving one dataset out rather than fitted coefficient by coefficient."""
+    features, weighed by a setting chosen leaving one dataset out rather than fitted coefficient by coefficient.
+    `sharpness` multiplies every weight: how much one unit of evidence outweighs a step with none in the softmax.
+    At 1 an agent's many unremarkable steps together can outweigh another's one step that carries the evidence;
+    the order of the steps never changes with it, the agents' shares and the leads (confidence) do."""
     names = [name for name, weight in weights.items() if weight]
-    return Model(coef=[float(weights[name]) for name in names], intercept=-OFFSET, mean=[0.0] * len(names),
-                 scale=[1.0] * len(names), features=names, agent_mode=agent_mode, threshold_agent=threshold_agent,
-                 threshold_step=threshold_step,
+    return Model(coef=[float(weights[name]) * sharpness for name in names], intercept=-OFFSET,
+                 mean=[0.0] * len(names), scale=[1.0] * len(names), features=names, agent_mode=agent_mode,
+                 threshold_agent=threshold_agent, threshold_step=threshold_step,
                  settings={"weights": {n: weights[n] for n in names}, "agent_mode": agent_mode,
-                           "threshold_agent": threshold_agent, "threshold_step": threshold_step},
+                           "sharpness": sharpness, "threshold_agent": threshold_agent,
+                           "threshold_step": threshold_step},
                  trained_on=trained_on)
 
 

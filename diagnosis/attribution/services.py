@@ -25,7 +25,8 @@ from .models import Attribution
 from .steps import goal_text, trace_steps
 
 HEURISTIC_VERSION = "heuristic-v1"
-LEARNED_VERSION = "learned-v2"
+# A new shipped model (learned_model.json) is a new version: attribution_compute_for_run recomputes older rows.
+LEARNED_VERSION = "learned-v3"
 LLM_METHODS = tuple(METHODS)
 OFFLINE_METHODS = ("learned", "heuristic")
 ALL_METHODS = OFFLINE_METHODS + LLM_METHODS

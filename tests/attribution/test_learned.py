@@ -165,3 +165,45 @@ def test_a_fixed_weight_scorer_weighs_a_judges_root_cause_through_the_heuristic(
     prediction = model.predict(judged)
     assert prediction.step.span_id == "s3" and prediction.agent == "coder"
     assert "llm.trace named it the root cause" in prediction.evidence
+
+
+def test_sharpness_moves_the_agents_shares_not_the_order_of_the_steps():
+    """One step that a judge failed against another agent's three that only carry the position prior: at sharpness 1
+    the three together outweigh it; at 2 the failed decision does (the demo's misroute: the planner's routing against
+    the worker that carried it out). The steps keep their order."""
+    steps = _steps(["planner", "worker", "worker", "worker", "writer"])
+    example = example_build(trace_id="x", group="x", steps=steps, goal="", signals=[
+        FeedbackSignal(judge="rubric.1", span_id="s0", verdict="fail")])
+    weights = {"heuristic_score": 1.0}
+    soft, sharp = (weights_model(weights=weights, sharpness=value) for value in (1.0, 2.0))
+    soft_shares, soft_agents = soft.shares(example)
+    sharp_shares, sharp_agents = sharp.shares(example)
+    rank = lambda shares: sorted(range(len(shares)), key=lambda i: (-shares[i], i))  # noqa: E731
+    assert rank(soft_shares) == rank(sharp_shares)
+    assert (soft.predict(example).agent, sharp.predict(example).agent) == ("worker", "planner")
+    lead = lambda agents: agents["planner"] - agents["worker"]  # noqa: E731
+    assert lead(soft_agents) < 0 < lead(sharp_agents)
+    assert sharp.settings["sharpness"] == 2.0 and sharp.coef == [2.0]
+
+
+def test_the_threshold_is_the_lowest_whose_gain_is_within_one_standard_error_of_the_best():
+    """Ten answers at confidence 0.9 (9 right), ten at 0.5 and five wrong ones at 0.2; the baselines are never right.
+    When 9 of the ten at 0.5 are right, keeping them gains as much (18 of 20) as 0.9's 9 of 10: the threshold is
+    0.5. When 3 of them are right, keeping them gains 30 points less, beyond the error of 0.9's gain (9.5 points)."""
+    from diagnosis.attribution.crossval import threshold_choose
+    from diagnosis.attribution.learned import Prediction
+
+    def pair(i: int, confidence: float, right: bool):
+        steps = _steps(["planner", "coder", "checker"])
+        example = Example(trace_id=f"t{i}", group=f"t{i}", steps=steps, rows=[[0.0]] * 3,
+                          baselines={"most_active_agent": "checker", "first_failing_verdict_agent": None,
+                                     "last_agent": "checker"}, label_agent="planner", label_step=0)
+        return example, Prediction(agent="planner" if right else "coder", step=steps[0 if right else 1],
+                                   confidence=confidence, low_confidence=False)
+
+    sure = [pair(i, 0.9, i != 0) for i in range(10)]
+    wrong = [pair(20 + i, 0.2, False) for i in range(5)]
+    nearly = [pair(10 + i, 0.5, i != 0) for i in range(10)]
+    assert threshold_choose({"a": sure + nearly + wrong}, kind="agent") == 0.5
+    mostly_wrong = [pair(10 + i, 0.5, i < 3) for i in range(10)]
+    assert threshold_choose({"a": sure + mostly_wrong + wrong}, kind="agent") == 0.9

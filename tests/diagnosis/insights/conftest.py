@@ -50,6 +50,19 @@ def diagnose(project, release: str, **options):
     return run
 
 
+def demo_diagnose(project, settings):
+    """The demo's traces judged as scripts/demo.sh judges them: release v1 with the three planted bugs (seed 0) and
+    v2 with misroute fixed (seed 1), the demo's rubrics, the default judges and no model; insights built."""
+    from diagnosis.services import rubric_create_demo_set
+    from tests.diagnosis.support import support_desk_ingest
+
+    settings.CLEAR_JUDGE_MODEL = ""
+    rubric_create_demo_set(project=project)
+    support_desk_ingest(project=project, bugs="all", release="v1", seed=0)
+    support_desk_ingest(project=project, bugs="mediator_race,retry_loop", release="v2", seed=1)
+    return diagnose(project, "")
+
+
 def held(insight: Insight, run=None):
     field = "node_insight" if insight.level == Insight.Level.NODE else "system_insight"
     statements = InsightStatement.objects.filter(excluded=False, **{field: insight})

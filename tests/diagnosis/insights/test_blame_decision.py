@@ -200,16 +200,10 @@ DECIDER = {"mediator_race": "mediator", "misroute": "planner", "retry_loop": "bi
 
 @pytest.mark.django_db
 def test_the_demos_bugs_cite_the_deciding_agents_steps_and_no_recommendation_says_where_to_start(project, settings):
-    from diagnosis.services.rubrics import rubric_create_demo_set
     from diagnosis.tickets.models import Ticket
-    from tests.diagnosis.insights.conftest import TOUCHED_BY, held, tasks_of
-    from tests.diagnosis.support import support_desk_ingest
+    from tests.diagnosis.insights.conftest import TOUCHED_BY, demo_diagnose, held, tasks_of
 
-    settings.CLEAR_JUDGE_MODEL = ""
-    rubric_create_demo_set(project=project)
-    support_desk_ingest(project=project, bugs="all", release="v1", seed=0)
-    support_desk_ingest(project=project, bugs="mediator_race,retry_loop", release="v2", seed=1)
-    run = diagnose(project, "")
+    run = demo_diagnose(project, settings)
     spans = {(t, s): (kind, node) for t, s, kind, node in
              Span.objects.filter(trace__project=project).values_list("trace_id", "span_id", "kind", "node")}
     insights = [i for i in Insight.objects.filter(project=project, is_other=False, occurrences__run=run).distinct()

@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from diagnosis.services.rubrics import rubric_create_demo_set
 from diagnosis.models import Insight, InsightLink
 from diagnosis.tickets.models import Ticket
-from tests.diagnosis.insights.conftest import diagnose, tasks_of
-from tests.diagnosis.support import support_desk_ingest
+from tests.diagnosis.insights.conftest import demo_diagnose, tasks_of
 
 pytestmark = pytest.mark.django_db
 
@@ -36,11 +34,7 @@ def _bugs(insight: Insight, run) -> set[str]:
 
 
 def test_one_ticket_per_planted_bug_at_its_node(project, settings):
-    settings.CLEAR_JUDGE_MODEL = ""
-    rubric_create_demo_set(project=project)
-    support_desk_ingest(project=project, bugs="all", release="v1", seed=0)
-    support_desk_ingest(project=project, bugs="mediator_race,retry_loop", release="v2", seed=1)
-    run = diagnose(project, "")
+    run = demo_diagnose(project, settings)
     problems = [i for i in Insight.objects.filter(project=project, is_other=False, occurrences__run=run)
                 if i.failure_association == "associated"]
     tickets = [t for t in Ticket.objects.filter(project=project, status="open").select_related("insight")
@@ -63,11 +57,7 @@ def test_one_row_per_planted_bug_in_the_default_list(project, settings):
     from diagnosis.selectors import insight_list
     from diagnosis.selectors.problems import insight_nodes_map
 
-    settings.CLEAR_JUDGE_MODEL = ""
-    rubric_create_demo_set(project=project)
-    support_desk_ingest(project=project, bugs="all", release="v1", seed=0)
-    support_desk_ingest(project=project, bugs="mediator_race,retry_loop", release="v2", seed=1)
-    run = diagnose(project, "")
+    run = demo_diagnose(project, settings)
     rows = list(insight_list(project=project, nested=True, include_other=False))
     held = insight_nodes_map(project=project, system_pks=[i.pk for i in rows if i.level == "system"])
     shown = [(i.level, i.node, i.title, sorted(_bugs(i, run)), [n.node for n in held.get(i.pk, [])]) for i in rows]
