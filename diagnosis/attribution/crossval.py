@@ -111,8 +111,9 @@ def _gain(pairs: list[tuple[Example, object]], kind: str) -> float:
 def threshold_choose(pairs_by_dataset: dict[str, list[tuple[Example, object]]], *, kind: str) -> float:
     """The threshold on out-of-fold answers of the training datasets (never the dataset it will be scored on),
     keeping MIN_CONFIDENT_SHARE of each dataset's runs: the lowest one whose confident answers beat the best baseline
-    on the same runs, in the worst dataset, by no less than the best such gain minus its standard error. `kind` "agent": the agent's share on multi-agent traces, scored by
-    agent; "step": the top step's share on every trace, scored by exact step."""
+    on the same runs, in the worst dataset, by no less than the best such gain minus its standard error. `kind`
+    "agent": the agent's share on multi-agent traces, scored by agent; "step": the top step's share on every trace,
+    scored by exact step."""
     measured = {}
     for name, pairs in pairs_by_dataset.items():
         if kind == "agent":
