@@ -7,9 +7,11 @@ import json
 import os
 import signal
 import socket
+import subprocess
 import sys
 import textwrap
 import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -333,7 +335,7 @@ def _pid_alive(pid: int) -> bool:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except OSError:
         return False
-    return state != "Z"
+    return state not in ("Z", "X")
 
 
 SPAWN_SLEEPER = """
@@ -432,3 +434,30 @@ def test_unknown_levels_say_what_is_allowed(settings):
 
 def test_levels_are_ordered():
     assert IsolationLevel.SUBPROCESS.rank < IsolationLevel.BWRAP.rank < IsolationLevel.DOCKER.rank
+
+
+def test_the_group_wait_returns_once_every_killed_member_has_died():
+    """Issue 44: test_no_process_survives_the_run[subprocess-exit] once failed on a 4-worker run: the sleeper, killed
+    with its group, was no longer seen with its command line (it was exiting) but not yet dead, because the supervisor
+    returned right after the SIGKILL. It now waits until no process of the group runs."""
+    from evolution.sandbox.supervise import _group_members_alive, _group_wait_dead
+
+    leader = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; "
+                               "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
+                               "time.sleep(600)"], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while len(_group_members_alive(leader.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        members = _group_members_alive(leader.pid)
+        assert len(members) == 2 and leader.pid in members
+        assert not _group_wait_dead(leader.pid, timeout=0.2)  # nothing was killed: they still run
+        os.killpg(leader.pid, signal.SIGKILL)
+        assert _group_wait_dead(leader.pid)
+        assert _group_members_alive(leader.pid) == [] and not any(_pid_alive(pid) for pid in members)
+    finally:
+        try:
+            os.killpg(leader.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        leader.wait()
