@@ -11,6 +11,7 @@ from __future__ import annotations
 from django.db.models import Count, Q
 
 from diagnosis.models import DiagnosisRun, Insight, InsightOccurrence, RunTrace
+from traces.models import Trace
 
 
 def _latest_by_release(*, project_id: int, current_run_id=None
@@ -21,21 +22,29 @@ def _latest_by_release(*, project_id: int, current_run_id=None
     # figures, so it cannot describe a release: taken as the newest run of v1, a gate's made every trend read 0 there.
     runs = list(DiagnosisRun.objects.filter(Q(insights_status="done") | Q(pk=current_run_id), project_id=project_id)
                 .filter(DiagnosisRun.writes_insights_q()).order_by("created_at", "pk")
-                .values_list("pk", "insights_summary"))
+                .values_list("pk", "insights_summary", "continuous"))
     waiting: dict[tuple, int] = {}
-    for run_pk, release, n in (RunTrace.objects.filter(run_id__in=[pk for pk, _ in runs], status__in=RunTrace.OPEN)
+    for run_pk, release, n in (RunTrace.objects.filter(run_id__in=[pk for pk, _, _ in runs],
+                                                       status__in=RunTrace.OPEN)
                                .values("run_id", "trace__release").annotate(n=Count("pk"))
                                .values_list("run_id", "trace__release", "n")):
         waiting[(run_pk, release or "")] = n
+    # A continuous run claims a release's traces batch by batch and has no RunTrace for those it has not claimed
+    # yet: with none open it may still have judged only part of the release, so it is complete only once it has
+    # judged as many traces as the release has.
+    traces_of = dict(Trace.objects.filter(project_id=project_id).values("release").annotate(n=Count("pk"))
+                     .values_list("release", "n")) if any(continuous for _, _, continuous in runs) else {}
     order: list[str] = []
     latest: dict[str, object] = {}
     judged: dict[str, int] = {}
     open_: dict[str, int] = {}
-    for run_pk, summary in runs:
+    for run_pk, summary, continuous in runs:
         for release, n in ((summary or {}).get("judged_by_release") or {}).items():
             if release not in latest:
                 order.append(release)
             partial = waiting.get((run_pk, release), 0)
+            if continuous:
+                partial = max(partial, traces_of.get(release, 0) - int(n))
             if partial and release in latest and not open_.get(release):
                 continue  # a complete run of the release stands until a later one is complete too
             latest[release], judged[release], open_[release] = run_pk, int(n), partial
