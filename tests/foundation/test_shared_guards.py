@@ -145,23 +145,29 @@ def _bursts(demo: Demo, burst) -> None:
 
 
 def test_the_eleventh_wrong_key_from_one_address_is_refused(demo):
-    address, probe = _address(), secrets.token_hex(4)
-    assert [_wrong_key(demo, address, probe, n) for n in range(LIMIT)] == [401] * LIMIT
-    assert _wrong_key(demo, address, probe, LIMIT) == 429
-    valid = {"Authorization": f"Bearer {demo.secret}"}
-    assert _session(address, probe).get(f"{demo.url}/api/v1/project/", headers=valid).status_code == 429
-    assert _session(_address(), probe).get(f"{demo.url}/api/v1/project/", headers=valid).status_code == 200
-    assert len(_workers(demo, probe, "GET /api/v1/project/")) == 2, "one worker answered them all: nothing shared"
+    # In a burst (_bursts) until both workers answered: eleven connections one after another were once all taken by
+    # one worker (issue 44), which proves nothing about sharing.
+    def burst(address: str, probe: str) -> str:
+        assert [_wrong_key(demo, address, probe, n) for n in range(LIMIT)] == [401] * LIMIT
+        assert _wrong_key(demo, address, probe, LIMIT) == 429
+        valid = {"Authorization": f"Bearer {demo.secret}"}
+        assert _session(address, probe).get(f"{demo.url}/api/v1/project/", headers=valid).status_code == 429
+        assert _session(_address(), probe).get(f"{demo.url}/api/v1/project/", headers=valid).status_code == 200
+        return "GET /api/v1/project/"
+
+    _bursts(demo, burst)
 
 
 def test_the_eleventh_wrong_password_from_one_address_is_refused(demo):
-    address, probe = _address(), secrets.token_hex(4)
-    answers = [_login(_login_form(demo, address, probe), demo, "wrong password") for _ in range(LIMIT + 1)]
-    assert [answer.status_code for answer in answers] == [200] * LIMIT + [429]
-    assert "do not match an account" in answers[0].text
-    assert _login(_login_form(demo, address, probe), demo, demo.password).status_code == 429
-    assert _login(_login_form(demo, _address(), probe), demo, demo.password).status_code == 302
-    assert len(_workers(demo, probe, "POST /login/")) == 2, "one worker answered them all: nothing shared"
+    def burst(address: str, probe: str) -> str:
+        answers = [_login(_login_form(demo, address, probe), demo, "wrong password") for _ in range(LIMIT + 1)]
+        assert [answer.status_code for answer in answers] == [200] * LIMIT + [429]
+        assert "do not match an account" in answers[0].text
+        assert _login(_login_form(demo, address, probe), demo, demo.password).status_code == 429
+        assert _login(_login_form(demo, _address(), probe), demo, demo.password).status_code == 302
+        return "POST /login/"
+
+    _bursts(demo, burst)
 
 
 def test_twenty_wrong_keys_at_once_get_at_most_ten_answers(demo):
