@@ -100,12 +100,13 @@ def _correct(example: Example, prediction, kind: str) -> bool:
     return prediction.step is not None and prediction.step.index == example.label_step
 
 
-def _gain(pairs: list[tuple[Example, object]], kind: str) -> float:
-    """Accuracy of `pairs` minus the best label-free baseline's on the same runs."""
+def _gain(pairs: list[tuple[Example, object]], kind: str) -> tuple[float, float]:
+    """(accuracy of `pairs` minus the best label-free baseline's on the same runs, that accuracy)."""
     names = AGENT_BASELINES if kind == "agent" else STEP_BASELINES
     rates = baselines_score([example for example, _ in pairs])
     best = max(rates[name]["agent" if kind == "agent" else "step_exact"] for name in names)
-    return sum(_correct(e, p, kind) for e, p in pairs) / len(pairs) - best
+    accuracy = sum(_correct(e, p, kind) for e, p in pairs) / len(pairs)
+    return accuracy - best, accuracy
 
 
 def threshold_choose(pairs_by_dataset: dict[str, list[tuple[Example, object]]], *, kind: str) -> float:
@@ -130,9 +131,8 @@ def threshold_choose(pairs_by_dataset: dict[str, list[tuple[Example, object]]], 
             if len(kept) < MIN_CONFIDENT_SHARE * len(rows):
                 worst = None
                 break
-            gain = _gain(kept, kind)
+            gain, accuracy = _gain(kept, kind)
             if worst is None or gain < worst[0]:
-                accuracy = sum(_correct(e, p, kind) for e, p in kept) / len(kept)
                 worst = (gain, math.sqrt(accuracy * (1 - accuracy) / len(kept)))
         if worst is not None:
             tried.append((threshold, *worst))

@@ -20,10 +20,9 @@ from evolution.deploy.commands import (
     CommandRunner,
     command_argv,
     command_env,
-    process_group_kill,
-    process_stat,
     subprocess_command_runner,
 )
+from evolution.processes import process_group_kill, process_stat
 from clear.errors import ClearError
 from evolution.deploy.state import file_replace_atomic
 from evolution.deploy.errors import ActivatorError, DeployInvalid

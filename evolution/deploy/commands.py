@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import signal
 import subprocess
 import sys
 import tempfile
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import IO, Any, Protocol
 
 from evolution.deploy.errors import DeployInvalid
+from evolution.processes import process_group_kill
 
 OUTPUT_TAIL_CHARS = 20_000
 
@@ -89,51 +89,6 @@ def command_env(extra: Mapping[str, str] | None) -> dict[str, str]:
     env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
     env.update(extra or {})
     return env
-
-
-def process_stat(pid: int) -> tuple[str, int, int] | None:
-    """(state, start time in clock ticks since boot, process group) from /proc, or None if there is no such pid."""
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            fields = handle.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    # After the command name: state, ppid, pgrp, ... starttime is the 20th of these (field 22 of proc(5)).
-    return fields[0], int(fields[19]), int(fields[2])
-
-
-def process_group_alive(pgid: int) -> bool:
-    """Any non-zombie process left in the group? Zombies do not count: where PID 1 never reaps (some container
-    inits), killed helpers stay zombies forever and `killpg(pgid, 0)` keeps succeeding."""
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return True
-    for name in entries:
-        if name.isdigit():
-            stat = process_stat(int(name))
-            if stat is not None and stat[2] == pgid and stat[0] not in ("Z", "X"):
-                return True
-    return False
-
-
-def process_group_kill(pgid: int, *, signum: int = signal.SIGKILL, wait_s: float = 5.0) -> None:
-    """Signal the whole group and, for SIGKILL, wait (bounded) until none of it runs any more."""
-    try:
-        os.killpg(pgid, signum)
-    except ProcessLookupError:
-        return
-    if signum != signal.SIGKILL:
-        return
-    deadline = time.monotonic() + wait_s
-    while process_group_alive(pgid) and time.monotonic() < deadline:
-        time.sleep(0.01)
 
 
 def subprocess_command_runner(

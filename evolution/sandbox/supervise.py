@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from evolution.processes import process_group_wait_dead
 from evolution.sandbox.types import IsolationLevel, Limits, ProcResult
 
 POLL_S = 0.2
@@ -19,7 +20,6 @@ TERM_GRACE_S = 2.0
 # After the main process exits, a descendant that escaped into its own session may still hold the pipes open.
 DRAIN_GRACE_S = 1.0
 READ_CHUNK = 64 * 1024
-GROUP_DEATH_WAIT_S = 5.0
 
 
 def _rlimit(kind: int, value: int | None, *, grace: int = 0) -> None:
@@ -47,31 +47,6 @@ def _killpg(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
         pass
-
-
-def _group_members_alive(pgid: int) -> list[int]:
-    """The processes of group `pgid` that are not dead yet (zombies, which run nothing, are not counted)."""
-    alive = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()  # after "(comm)": state ppid pgrp ...
-        except (OSError, IndexError):
-            continue
-        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-            alive.append(int(stat.parent.name))
-    return alive
-
-
-def _group_wait_dead(pgid: int, *, timeout: float = GROUP_DEATH_WAIT_S) -> bool:
-    """After SIGKILL to the group: wait until none of its processes runs. A killed process goes on exiting for a
-    moment (under load, long enough to be seen running with its command line already gone); the call's promise is
-    that none is left when it returns. False if some still ran at the timeout (a process stuck in the kernel)."""
-    deadline = time.monotonic() + timeout
-    while _group_members_alive(pgid):
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.01)
-    return True
 
 
 def _exited(pid: int) -> bool:
@@ -189,8 +164,9 @@ def process_supervise(
             if on_kill is not None:
                 on_kill()
         _killpg(proc.pid, signal.SIGKILL)
-        # Before the leader is reaped: until then its pid, the group's id, cannot be given to another process.
-        _group_wait_dead(proc.pid)
+        # Before the leader is reaped: until then its pid, the group's id, cannot be given to another process. The
+        # call promises that no process of the group is left, and a killed one goes on exiting for a moment.
+        process_group_wait_dead(proc.pid)
         proc.wait()
         selector.close()
         if pidfd is not None:

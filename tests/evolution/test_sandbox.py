@@ -11,7 +11,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 import uuid
 from pathlib import Path
 
@@ -439,25 +438,24 @@ def test_levels_are_ordered():
 def test_the_group_wait_returns_once_every_killed_member_has_died():
     """Issue 44: test_no_process_survives_the_run[subprocess-exit] once failed on a 4-worker run: the sleeper, killed
     with its group, was no longer seen with its command line (it was exiting) but not yet dead, because the supervisor
-    returned right after the SIGKILL. It now waits until no process of the group runs."""
-    from evolution.sandbox.supervise import _group_members_alive, _group_wait_dead
+    returned right after the SIGKILL. It now waits until no process of the group runs (evolution/processes.py)."""
+    from evolution.processes import process_group_alive, process_group_wait_dead
 
     leader = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; "
-                               "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
-                               "time.sleep(600)"], start_new_session=True)
+                               "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
+                               "print(child.pid, flush=True); time.sleep(600)"],
+                              start_new_session=True, stdout=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 30
-        while len(_group_members_alive(leader.pid)) < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        members = _group_members_alive(leader.pid)
-        assert len(members) == 2 and leader.pid in members
-        assert not _group_wait_dead(leader.pid, timeout=0.2)  # nothing was killed: they still run
+        members = [leader.pid, int(leader.stdout.readline())]
+        assert all(_pid_alive(pid) for pid in members)
+        assert not process_group_wait_dead(leader.pid, wait_s=0.2)  # nothing was killed: they still run
         os.killpg(leader.pid, signal.SIGKILL)
-        assert _group_wait_dead(leader.pid)
-        assert _group_members_alive(leader.pid) == [] and not any(_pid_alive(pid) for pid in members)
+        assert process_group_wait_dead(leader.pid)
+        assert not process_group_alive(leader.pid) and not any(_pid_alive(pid) for pid in members)
     finally:
         try:
             os.killpg(leader.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
         leader.wait()
+        leader.stdout.close()

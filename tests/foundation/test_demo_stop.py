@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-from evolution.deploy.commands import process_stat
+from evolution.processes import process_stat
 from tests.conftest import free_port
 from tests.foundation.test_demo import _demo_sessions, _embedded_env, _kill_sessions, as_from_a_terminal, demo_start
 
