@@ -69,7 +69,7 @@ SQLITE_TESTS=(tests/frontend tests/api tests/tickets tests/foundation/test_pages
               tests/traces/test_ingest_messy_scores.py tests/traces/test_ingest_health.py
               tests/traces/test_ingest_rejected_badge.py tests/traces/test_ingest_fuzz.py
               tests/traces/test_changed_since_judged.py
-              tests/diagnosis/test_model_wait_no_lock.py)
+              tests/diagnosis/test_model_wait_no_lock.py tests/foundation/test_test_databases.py)
 # Browser tests drive flows whose database work the page and API tests of the same files run on SQLite too; what
 # a browser does does not depend on the database. On SQLite the browser sees every page in the walk of
 # tests/frontend/test_browser.py (marked every_database) and in the demo's (tests/foundation/test_demo.py starts it

@@ -61,6 +61,8 @@ if "guards" in DATABASES:  # noqa: F405 - SQLite: the guard table's own file, on
 if TEST_DATABASE == "postgres":
     # Django's backend, but a test that commits is cleaned up with DELETE, not TRUNCATE (tests/support/postgres_backend)
     DATABASES["default"]["ENGINE"] = "tests.support.postgres_backend"  # noqa: F405
+else:  # the test database is a copy of a migrated template file (tests/support/sqlite_backend)
+    DATABASES["default"]["ENGINE"] = "tests.support.sqlite_backend"  # noqa: F405
 # Live-server request threads would otherwise keep connections open and block dropping the test database.
 DATABASES["default"]["CONN_MAX_AGE"] = 0  # noqa: F405
 # Unit tests count failures and cache dashboards in this process' memory, as they always did: on the guard table

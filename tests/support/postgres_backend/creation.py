@@ -7,25 +7,12 @@ and the day (the span table's daily partitions are made by a migration, relative
 code or of another day is never used: it is dropped when a new one is built, unless a session is connected to it.
 Building and copying happen under an advisory lock of the server, so processes never copy a half-built template."""
 
-import hashlib
-from datetime import date
-from pathlib import Path
-
-import django
-from django.conf import settings
 from django.db import Error
 from django.db.backends.postgresql import creation
 
-PREFIX = "test_clear_tpl_"
+from tests.support.db_templates import PREFIX, copy_adopt, template_name
+
 LOCK = 0x434C454152  # pg_advisory_lock key: any constant the product never uses ("CLEAR")
-
-
-def template_name() -> str:
-    digest = hashlib.sha256(django.get_version().encode())
-    for path in sorted(Path(settings.BASE_DIR).glob("*/migrations/*.py")) + sorted(
-            Path(settings.BASE_DIR).glob("*/*/migrations/*.py")):
-        digest.update(str(path.relative_to(settings.BASE_DIR)).encode() + b"\0" + path.read_bytes())
-    return f"{PREFIX}{digest.hexdigest()[:12]}_{date.today():%Y%m%d}"
 
 
 class DatabaseCreation(creation.DatabaseCreation):
@@ -45,15 +32,7 @@ class DatabaseCreation(creation.DatabaseCreation):
                                f"WITH TEMPLATE {self.connection.ops.quote_name(template)}")
             finally:
                 cursor.execute("SELECT pg_advisory_unlock(%s)", [LOCK])
-        if verbosity >= 1:
-            self.log(f"Copied test database {test_name} for alias {self.connection.alias!r} from {template}")
-        self.connection.close()
-        settings.DATABASES[self.connection.alias]["NAME"] = test_name
-        self.connection.settings_dict["NAME"] = test_name
-        if serialize:
-            self.connection._test_serialized_contents = self.serialize_db_to_string()
-        self.connection.ensure_connection()
-        return test_name
+        return copy_adopt(self, test_name=test_name, template=template, verbosity=verbosity, serialize=serialize)
 
     def _template_build(self, template: str, verbosity: int) -> None:
         """Migrate a new template (Django's own create_test_db, under a name it gets once done), then drop the
