@@ -2,7 +2,7 @@
 does not fail the other spans of its request.
 
 json's scanner recurses once per level and raises RecursionError near the interpreter's limit. Only then is the
-body scanned again here (a pure-Python walk, so never on the normal path): every object or array that opens at
+body scanned again here (token by token, never on the normal path): every object or array that opens at
 depth MAX_BODY_DEPTH is replaced by a JSON string holding its text, prefixed with repair.TOO_DEEP_MARK so the
 span that holds it records the repair.
 """
@@ -10,6 +10,7 @@ span that holds it records the repair.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from .repair import TOO_DEEP_MARK
@@ -22,58 +23,44 @@ class TooDeep(ValueError):
     """The body is nested too deep even where no value can be kept as text."""
 
 
-def _string_close(text: str, *, start: int) -> int:
-    """The index of the quote that closes the string opening at `start` (len(text) when it never closes)."""
-    i, n = start + 1, len(text)
-    while i < n:
-        c = text[i]
-        if c == "\\":
-            i += 2
-            continue
-        if c == '"':
-            return i
-        i += 1
-    return n
+# A string (escapes honoured; one that never closes runs to the end) or a bracket: the scan below steps from token to
+# token in the regex engine, not character by character in Python.
+_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*(?:"|\\?\Z)|[\[\]{}]', re.S)
 
 
 def _end_of_value(text: str, *, start: int) -> int:
     """The index just past the object or array that opens at `start` (strings skipped, escapes honoured)."""
     depth = 0
-    i, n = start, len(text)
-    while i < n:
-        ch = text[i]
-        if ch == '"':
-            i = _string_close(text, start=i)
-        elif ch in "[{":
+    for token in _TOKEN.finditer(text, start):
+        ch = text[token.start()]
+        if ch in "[{":
             depth += 1
         elif ch in "]}":
             depth -= 1
             if depth == 0:
-                return i + 1
-        i += 1
-    return n
+                return token.end()
+    return len(text)
 
 
 def _flatten(text: str, *, limit: int) -> tuple[str, int]:
     out: list[str] = []
-    depth = 0
-    i, n, last, replaced = 0, len(text), 0, 0
-    while i < n:
-        ch = text[i]
-        if ch == '"':
-            i = _string_close(text, start=i)
-        elif ch in "[{":
+    depth = last = replaced = 0
+    token = _TOKEN.search(text)
+    while token:
+        ch, at = text[token.start()], token.start()
+        if ch in "[{":
             if depth >= limit:
-                end = _end_of_value(text, start=i)
-                out.append(text[last:i])
-                out.append(json.dumps(TOO_DEEP_MARK + text[i:end]))
-                last = i = end
+                end = _end_of_value(text, start=at)
+                out.append(text[last:at])
+                out.append(json.dumps(TOO_DEEP_MARK + text[at:end]))
+                last = end
                 replaced += 1
+                token = _TOKEN.search(text, end)
                 continue
             depth += 1
         elif ch in "]}":
             depth -= 1
-        i += 1
+        token = _TOKEN.search(text, token.end())
     out.append(text[last:])
     return "".join(out), replaced
 
