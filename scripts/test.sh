@@ -60,7 +60,8 @@ fi
 # default (SQLite) in a fresh temporary var dir, as the demo runs. (tests/foundation/test_demo.py starts
 # scripts/demo.sh on both databases itself.)
 # (Not again: what does not touch the database's dialect, e.g. the span mapping, the layering, the deploy check.)
-# Also on SQLite: ingestion while a model call is outstanding (one write lock for the whole database there).
+# Also on SQLite: ingestion while a model call is outstanding, and a trend refresh racing a build (one write lock for
+# the whole database there).
 SQLITE_TESTS=(tests/frontend tests/api tests/tickets tests/foundation/test_pages_access.py
               tests/foundation/test_api_keys.py tests/traces/test_ingest_otlp.py tests/traces/test_ingest_langfuse.py
               tests/traces/test_ingest_bad_input.py tests/traces/test_ingest_outbox.py tests/traces/test_import_traces.py
@@ -69,7 +70,8 @@ SQLITE_TESTS=(tests/frontend tests/api tests/tickets tests/foundation/test_pages
               tests/traces/test_ingest_messy_scores.py tests/traces/test_ingest_health.py
               tests/traces/test_ingest_rejected_badge.py tests/traces/test_ingest_fuzz.py
               tests/traces/test_changed_since_judged.py
-              tests/diagnosis/test_model_wait_no_lock.py tests/foundation/test_test_databases.py)
+              tests/diagnosis/test_model_wait_no_lock.py tests/foundation/test_test_databases.py
+              tests/diagnosis/test_trend_snapshot.py)
 # Browser tests drive flows whose database work the page and API tests of the same files run on SQLite too; what
 # a browser does does not depend on the database. On SQLite the browser sees every page in the walk of
 # tests/frontend/test_browser.py (marked every_database) and in the demo's (tests/foundation/test_demo.py starts it

@@ -4,20 +4,28 @@ insights_summary["judged_by_release"]). A release judged again later is describe
 re-running a release never double-counts it, and a fixed insight shows 0 for the releases judged after the fix.
 Only runs that write the project's insights count: a CI gate's, sampled or filtered run keeps its figures on itself.
 A run still judging a release (a continuous run that took its traces) does not replace a run that judged all of it;
-shown before any complete run, its row is marked partial with how many of the release's traces it has judged."""
+shown before any complete run, its row is marked partial with how many of the release's traces it has judged.
+
+The trend is written under the project's lock, the one every insights build holds while it writes (services/insights.py),
+and by the build itself before it commits: a trend refresh that read the runs before another build committed would
+otherwise write its older view over that build's (a release losing its row), and a page read between a build's commit
+and its trend would show a new insight with none (issue 44)."""
 
 from __future__ import annotations
 
+from django.db import transaction
 from django.db.models import Count, Q
 
+from clear.projects.models import Project
 from diagnosis.models import DiagnosisRun, Insight, InsightOccurrence, RunTrace
 from traces.models import Trace
 
 
-def _latest_by_release(*, project_id: int, current_run_id=None
+def _latest_by_release(*, project_id: int, current_run_id=None, current_judged: dict | None = None
                        ) -> tuple[list[str], dict[str, object], dict[str, int], dict[str, int]]:
     """Per release: the latest run with insights that judged it completely, else the latest that judged part of it
-    (its traces of that release not all judged yet: open says how many are still to judge)."""
+    (its traces of that release not all judged yet: open says how many are still to judge). current_judged: the
+    current run's judged traces by release when its summary is not written yet (a build, before its commit)."""
     # A run that keeps its clusters on itself (a CI gate's, sampled, filtered: insights/detached.py) gave no insight
     # figures, so it cannot describe a release: taken as the newest run of v1, a gate's made every trend read 0 there.
     runs = list(DiagnosisRun.objects.filter(Q(insights_status="done") | Q(pk=current_run_id), project_id=project_id)
@@ -39,7 +47,9 @@ def _latest_by_release(*, project_id: int, current_run_id=None
     judged: dict[str, int] = {}
     open_: dict[str, int] = {}
     for run_pk, summary, continuous in runs:
-        for release, n in ((summary or {}).get("judged_by_release") or {}).items():
+        by_release = current_judged if current_judged is not None and run_pk == current_run_id \
+            else (summary or {}).get("judged_by_release")
+        for release, n in (by_release or {}).items():
             if release not in latest:
                 order.append(release)
             partial = waiting.get((run_pk, release), 0)
@@ -66,16 +76,20 @@ def _trend(insight_id: int, order, latest, judged, counts, open_) -> list[dict]:
     return out
 
 
-def trend_refresh(*, project_id: int, current_run_id=None) -> int:
-    """Recompute Insight.trend for every live insight of the project; returns how many were written."""
-    order, latest, judged, open_ = _latest_by_release(project_id=project_id, current_run_id=current_run_id)
-    counts = {(i, r): rel for i, r, rel in InsightOccurrence.objects.filter(
-        insight__project_id=project_id, run_id__in=set(latest.values())).values_list("insight_id", "run_id",
-                                                                                       "releases")}
-    insights = list(Insight.objects.filter(project_id=project_id, merged_into__isnull=True).only("pk", "trend"))
-    for insight in insights:
-        insight.trend = _trend(insight.pk, order, latest, judged, counts, open_)
-    Insight.objects.bulk_update(insights, ["trend"], batch_size=500)
+def trend_refresh(*, project_id: int, current_run_id=None, current_judged: dict | None = None) -> int:
+    """Recompute Insight.trend for every live insight of the project; returns how many were written. In a build's
+    transaction (which holds the project's lock) current_judged is its run's judged_by_release, not written yet."""
+    with transaction.atomic():
+        Project.objects.select_for_update().filter(pk=project_id).first()  # the runs read are the runs written
+        order, latest, judged, open_ = _latest_by_release(project_id=project_id, current_run_id=current_run_id,
+                                                          current_judged=current_judged)
+        counts = {(i, r): rel for i, r, rel in InsightOccurrence.objects.filter(
+            insight__project_id=project_id, run_id__in=set(latest.values())).values_list("insight_id", "run_id",
+                                                                                           "releases")}
+        insights = list(Insight.objects.filter(project_id=project_id, merged_into__isnull=True).only("pk", "trend"))
+        for insight in insights:
+            insight.trend = _trend(insight.pk, order, latest, judged, counts, open_)
+        Insight.objects.bulk_update(insights, ["trend"], batch_size=500)
     return len(insights)
 
 

@@ -356,6 +356,9 @@ def _build(run: DiagnosisRun, *, rebuild: bool, refresh: RefreshRules | None = N
         }
         if refresh is not None:  # the rest of the run's state is written after the commit (insights_refresh.py)
             refreshed_run_mark(run_id=run.pk)
+            # The new insights' trend goes in with them: a page read after this commit shows them with it.
+            trend_refresh(project_id=run.project_id, current_run_id=run.pk,
+                          current_judged=summary["judged_by_release"])
         else:
             DiagnosisRun.objects.filter(pk=run.pk).update(insights_summary=summary)
             trend_refresh(project_id=run.project_id, current_run_id=run.pk)

@@ -324,6 +324,7 @@ def _incremental(*, run: DiagnosisRun, state: dict, window: set[int], upto: int,
             insight.save()
         insights_built_webhooks_emit(run=run, created=[], matched=[], reopened=reopened)
         refreshed_run_mark(run_id=run.pk)
+        trend_refresh(project_id=run.project_id, current_run_id=run.pk)  # with the figures it extended
     pending = int(state.get("pending") or 0) + sum(1 for _, a in zip(drafts, assigned) if not a.joined)
     state.update(kind="incremental", feedback_max=upto, new_statements=len(drafts), joined=len(joined),
                  pending=pending, provisional=int(state.get("provisional") or 0) + len(drafts),

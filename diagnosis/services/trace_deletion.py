@@ -64,6 +64,9 @@ def _insights_recount(*, project: Project, pairs: set[tuple]) -> None:
     from diagnosis.insights.trend import trend_refresh
     from diagnosis.models import Insight
 
+    # The project's lock before the insights' rows, in the order an insights build takes them (services/insights.py),
+    # since trend_refresh below takes it too.
+    Project.objects.select_for_update().filter(pk=project.pk).first()
     insights = Insight.objects.in_bulk({insight_id for insight_id, _ in pairs})
     runs = DiagnosisRun.objects.in_bulk({run_id for _, run_id in pairs})
     for insight_id, run_id in sorted(pairs, key=str):
