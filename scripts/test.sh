@@ -83,8 +83,10 @@ status=0
 # The layering contracts of pyproject.toml ([tool.importlinter]); a broken one fails the run.
 echo "==> lint-imports"
 "$BIN/lint-imports" --no-cache || status=$?
+# The slowest tests of each pass at the end of its report: where the suite's time goes (issue 44).
+durations=(--durations=25 --durations-min=5)
 echo "==> the whole suite on Postgres"
-CLEAR_TEST_DATABASE=postgres "$PY" -m pytest ${xdist[@]+"${xdist[@]}"} || status=$?
+CLEAR_TEST_DATABASE=postgres "$PY" -m pytest ${xdist[@]+"${xdist[@]}"} "${durations[@]}" || status=$?
 sqlite_var="$(mktemp -d -t clear-test-sqlite.XXXXXX)"
 # Redis databases of their own (the Postgres pass's, minus the number of workers): a process the first pass left
 # behind (a worker of a killed xdist worker) must not take the second pass's tasks to a database that is gone.
@@ -98,6 +100,6 @@ echo "==> pages, API, CLI and ingestion on SQLite (var dir $sqlite_var, Redis da
 # only the dialect differs, 500 (a quarter of the SQLite pass's time otherwise). CLEAR_FUZZ_EXAMPLES sets both.
 CLEAR_FUZZ_EXAMPLES="${CLEAR_FUZZ_EXAMPLES:-500}" \
 CLEAR_TEST_DATABASE=sqlite CLEAR_VAR_DIR="$sqlite_var" CLEAR_TEST_REDIS_URL="$redis_base/$sqlite_redis_db" \
-  "$PY" -m pytest ${xdist[@]+"${xdist[@]}"} "${SQLITE_TESTS[@]}" "${SQLITE_SKIP[@]}" || status=$?
+  "$PY" -m pytest ${xdist[@]+"${xdist[@]}"} "${durations[@]}" "${SQLITE_TESTS[@]}" "${SQLITE_SKIP[@]}" || status=$?
 rm -rf "$sqlite_var"
 exit "$status"
