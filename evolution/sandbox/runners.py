@@ -169,12 +169,15 @@ def _parent_dirs(mounts: list[tuple[Path, int, list[str]]], binds: list[Path]) -
     # bwrap creates missing parents of a mount point with the host's modes (/root is 0700), which would lock the
     # sandbox user out of a path under them; parents outside any bind are created world-traversable first.
     targets = {path for path, _, _ in mounts}
+    bound = set(binds)
     parents: set[Path] = set()
     for path in targets:
         for parent in path.parents:
             if parent == Path("/") or parent in targets:
                 continue
-            if any(parent.is_relative_to(bound) for bound in binds):
+            # Inside a bind when the bind is the parent or one of its ancestors: set lookups, not a comparison with
+            # every bind (this ran about 11 ms a sandboxed run, for each trial and grader).
+            if parent in bound or not bound.isdisjoint(parent.parents):
                 continue
             parents.add(parent)
     return [(parent, -1, ["--perms", "0755", "--dir", str(parent)]) for parent in parents]
