@@ -13,7 +13,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 from clear.projects.models import Membership  # noqa: E402
 from clear.projects.services import api_key_create, membership_add, project_create, user_get_or_create  # noqa: E402
 from tests.support.fake_llm import FakeLLMServer  # noqa: E402
-from tests.support.worker import CeleryWorkerProcess, purge_broker, use_broker  # noqa: E402
+from tests.support.worker import CeleryWorkerProcess, purge_broker, queue_purge, use_broker  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 pytest_plugins = ["tests.support.repeat"]  # --repeat-count/--repeat-id: scripts/test.sh --repeat N
@@ -148,15 +148,18 @@ def _celery_worker_process(django_db_setup, django_db_blocker):
 def celery_worker(_celery_worker_process, transactional_db):
     """A real worker consuming from Redis; tasks sent in the test go through the broker, not eagerly."""
     worker = _celery_worker_process
-    if worker.process is None or worker.process.poll() is not None:
+    if not worker.resume():
+        worker.kill()
         worker.start()
     use_broker(True)
     yield worker
     use_broker(False)
     # Work the test set off (e.g. an insights build after a run) must not outlive it: it would write while the
-    # test database is flushed. A fresh worker and an empty queue for the next test.
-    worker.kill()
-    purge_broker(settings.CELERY_BROKER_URL)
+    # test database is flushed. The worker stops taking tasks; it is kept for the next test only when nothing is
+    # running, reserved or scheduled on it, else killed, and the queue is emptied.
+    if not worker.pause():
+        worker.kill()
+    queue_purge()
 
 
 @pytest.fixture(scope="session")

@@ -2,6 +2,7 @@
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -14,6 +15,9 @@ from django.conf import settings
 from django.db import connection
 
 from clear.celery import app as celery_app
+
+QUEUE = "celery"  # the default queue: every task goes there (no routes are set)
+CONTROL_TIMEOUT_S = 2.0  # a worker answers in milliseconds; one that does not is replaced (safe either way)
 
 
 def subprocess_env_for_test_db(**extra: str) -> dict[str, str]:
@@ -95,6 +99,36 @@ class CeleryWorkerProcess(ProcessGroup):
     def log(self) -> str:
         return self.log_path.read_text() if self.log_path.exists() else ""
 
+    @property
+    def hostname(self) -> str:
+        return f"test{self.starts}@{socket.gethostname()}"  # the name `-n test{n}@%h` gives it
+
+    def pause(self) -> bool:
+        """Stop taking tasks, and say whether the worker is idle (nothing running, reserved or waiting for its ETA):
+        then it can be kept for the next test instead of a new one (about 1.8 s each, and the suite's worker tests
+        started about fifty). False, to be killed, when it is not, or does not answer."""
+        if self.process is None or self.process.poll() is not None:
+            return False
+        control = celery_app.control
+        name = self.hostname
+        if not control.cancel_consumer(QUEUE, destination=[name], reply=True, timeout=CONTROL_TIMEOUT_S):
+            return False
+        inspect = control.inspect(destination=[name], timeout=CONTROL_TIMEOUT_S, limit=1)
+        for ask in (inspect.active, inspect.reserved, inspect.scheduled):
+            replies = ask()
+            if not replies or replies.get(name):
+                return False
+        return True
+
+    def resume(self) -> bool:
+        """Take tasks again after pause(), with an empty queue (what other tests' processes sent meanwhile is
+        theirs); False when the worker is gone or does not answer (a broker flushed since: purge_broker)."""
+        if self.process is None or self.process.poll() is not None:
+            return False
+        queue_purge()
+        return bool(celery_app.control.add_consumer(QUEUE, destination=[self.hostname], reply=True,
+                                                    timeout=CONTROL_TIMEOUT_S))
+
 
 @contextmanager
 def own_worker(test_settings, **env: str) -> Iterator[CeleryWorkerProcess]:
@@ -163,7 +197,14 @@ def stale_worker_stop(*, broker_url: str, registry: Path) -> bool:
 
 
 def purge_broker(broker_url: str) -> None:
+    """Everything of the broker's database: its queues, and the bindings of a worker kept paused there (which then
+    no longer answers, and is replaced: CeleryWorkerProcess.resume)."""
     redis.Redis.from_url(broker_url).flushdb()
+
+
+def queue_purge() -> None:
+    """The task queue's messages only: a paused worker's bindings stay, so it can be resumed."""
+    celery_app.control.purge()
 
 
 def use_broker(enabled: bool) -> None:
