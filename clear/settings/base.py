@@ -240,6 +240,8 @@ else:
     CELERY_PROCESSED_DIR.mkdir(parents=True, exist_ok=True)
     (VAR_DIR / "celery" / "control").mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_URL = "filesystem://"
+    # kombu's filesystem transport, with each message written whole before a worker can list it (the module says why).
+    CELERY_BROKER_TRANSPORT = "clear.broker_filesystem:Transport"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(CELERY_QUEUE_DIR),
         "data_folder_out": str(CELERY_QUEUE_DIR),
