@@ -342,6 +342,10 @@ def test_figures_that_name_the_same_thing_agree_on_every_page(demo, page):
     # The misroute is in 4 of v1's 22 traces and in none of v2's: its trend says so.
     page.goto(f"{demo.url}/p/{slug}/insights/?level=system")
     page.click("[data-testid=insight-link] >> text=intent: refund")
+    # The click only waits for the navigation to start: `all()` below does not wait, and read under load it found the
+    # list page's DOM or a half-parsed insight page, no trend rows (KeyError 'v1' in two fresh-clone CI runs).
+    page.wait_for_url(re.compile(r"/insights/\d+/$"))
+    page.wait_for_load_state("domcontentloaded")
     cells = {r.locator("td").nth(0).inner_text().strip(): r.locator("td").all_inner_texts()
              for r in page.locator("[data-testid=insight-trend] tbody tr").all()}
     assert cells["v1"][1].strip() == "4" and cells["v1"][2].strip().startswith("22"), cells
