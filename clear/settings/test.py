@@ -46,6 +46,7 @@ CELERY_BROKER_URL = _test_redis_url(os.environ.get("CLEAR_TEST_REDIS_URL", "redi
                                     os.environ.get("PYTEST_XDIST_WORKER", ""))
 CELERY_TEST_VISIBILITY_TIMEOUT = 5
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_TEST_VISIBILITY_TIMEOUT}
+CELERY_BROKER_TRANSPORT = None  # the URL's (Redis), not the embedded default's filesystem transport (base.py)
 
 # Several test runs may share this Postgres (parallel checkouts, CI beside a developer): one database each.
 # SQLite: a file (not the in-memory default), so that the live server's threads and the Celery worker process see
