@@ -11,17 +11,22 @@ import sys
 from tests.conftest import REPO_ROOT
 
 
-def _transport_options(tmp_path, **env: str) -> dict:
-    script = ("import json; from django.conf import settings; "
-              "print(json.dumps([settings.CELERY_BROKER_URL, settings.CELERY_BROKER_TRANSPORT_OPTIONS]))")
+def _embedded_run(tmp_path, script: str, **env: str) -> str:
+    """The last line `script` prints after django.setup(), under the embedded default's settings (no REDIS_URL)."""
     clean = {k: v for k, v in os.environ.items() if k not in {"REDIS_URL", "DATABASE_URL", "CELERY_POLLING_INTERVAL"}}
     result = subprocess.run(
         [sys.executable, "-c", "import django; django.setup(); " + script], cwd=REPO_ROOT, capture_output=True,
         text=True, timeout=60,
         env={**clean, "DJANGO_SETTINGS_MODULE": "clear.settings.base", "SECRET_KEY": "x", "CLEAR_VAR_DIR": str(tmp_path),
              **env})
-    assert result.returncode == 0, result.stderr
-    url, options = json.loads(result.stdout.strip().splitlines()[-1])
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout.strip().splitlines()[-1]
+
+
+def _transport_options(tmp_path, **env: str) -> dict:
+    script = ("import json; from django.conf import settings; "
+              "print(json.dumps([settings.CELERY_BROKER_URL, settings.CELERY_BROKER_TRANSPORT_OPTIONS]))")
+    url, options = json.loads(_embedded_run(tmp_path, script, **env))
     assert url == "filesystem://"
     return options
 
@@ -36,14 +41,7 @@ def test_the_polling_interval_is_a_setting(tmp_path):
 
 def _embedded_connection(tmp_path, code: str) -> str:
     """Run `code` with `conn`, the embedded default's broker connection as the worker and the web process make it."""
-    script = ("import django; django.setup(); from clear.celery import app; conn = app.connection_for_write(); "
-              + code)
-    clean = {k: v for k, v in os.environ.items() if k not in {"REDIS_URL", "DATABASE_URL", "CELERY_POLLING_INTERVAL"}}
-    result = subprocess.run(
-        [sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
-        env={**clean, "DJANGO_SETTINGS_MODULE": "clear.settings.base", "SECRET_KEY": "x", "CLEAR_VAR_DIR": str(tmp_path)})
-    assert result.returncode == 0, result.stderr[-3000:]
-    return result.stdout.strip().splitlines()[-1]
+    return _embedded_run(tmp_path, "from clear.celery import app; conn = app.connection_for_write(); " + code)
 
 
 def test_a_message_being_written_is_not_taken_half_written(tmp_path):
