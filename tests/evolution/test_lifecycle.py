@@ -231,7 +231,7 @@ def test_the_stage_chain_runs_through_a_real_worker(celery_worker, worker_evolut
         return job.state == "AWAITING_CONSENT" or job.state in TERMINAL_STATES
 
     _wait(settled, timeout=300, what="the job to settle")
-    assert job.state == "AWAITING_CONSENT", (job.terminal_reason, job.error, celery_worker.log_path.read_text()[-3000:])
+    assert job.state == "AWAITING_CONSENT", (job.terminal_reason, job.error, celery_worker.log()[-3000:])
     stages = list(StageRun.objects.filter(job=job).order_by("pk").values_list("stage", flat=True))
     assert stages == ["prepare", "baseline", "locate", "plan", "plan_review", "implement", "code_review", "check",
                       "trials", "verdict"]
@@ -260,7 +260,7 @@ def test_a_worker_killed_mid_trials_is_failed_by_the_janitor(celery_worker, work
         _wait(lambda: not _marker_pids(marker), timeout=10, what="the sandboxed trial to die with its worker")
     # The unacknowledged trials message comes back to a new worker, which finds the job ended and does nothing.
     celery_worker.start()
-    _wait(lambda: "'gone'" in celery_worker.log_path.read_text(), timeout=60, what="the redelivered stage")
+    _wait(lambda: "'gone'" in celery_worker.log(), timeout=60, what="the redelivered stage")
     assert not TrialRun.objects.filter(job=job, arm="candidate").exists()
 
 

@@ -49,3 +49,17 @@ def test_a_killed_worker_task_is_redelivered_and_finishes_once(celery_worker):
     probe.refresh_from_db()
     assert probe.finished_at == finished_at
     assert probe.attempts >= 3
+
+
+def test_a_kept_worker_shows_a_test_only_its_own_log(celery_worker):
+    # The worker is kept between tests (pause, then resume): a test waiting for a line in its log must not find the
+    # one an earlier test made it print (test_tasks.py's "'gone'" was found at once, before its own task ran).
+    WorkerProbe.objects.create(token="earlier-test")
+    earlier = worker_probe_task.delay("earlier-test")
+    _wait_for(lambda: earlier.id in celery_worker.log(), 30, "the worker to log the earlier test's task")
+    _wait_for(lambda: WorkerProbe.objects.filter(token="earlier-test", finished_at__isnull=False).exists(), 30,
+              "the earlier test's task to finish")
+    assert celery_worker.pause() and celery_worker.resume()  # what the fixture does between two tests
+    assert earlier.id not in celery_worker.log()
+    later = worker_probe_task.delay("later-test")
+    _wait_for(lambda: later.id in celery_worker.log(), 30, "the worker to log this test's task")

@@ -66,6 +66,7 @@ class CeleryWorkerProcess(ProcessGroup):
         self.extra_env = dict(env or {})
         self.process: subprocess.Popen | None = None
         self.starts = 0
+        self.log_offset = 0  # where the current test's part of the log begins (a kept worker's log has others')
 
     def _env(self) -> dict[str, str]:
         return subprocess_env_for_test_db(REDIS_URL=self.broker_url, CELERY_VISIBILITY_TIMEOUT=str(self.visibility_timeout),
@@ -77,6 +78,7 @@ class CeleryWorkerProcess(ProcessGroup):
 
     def start(self, timeout: float = 60) -> None:
         self.starts += 1
+        self.log_offset = 0
         self.log_dir.mkdir(parents=True, exist_ok=True)
         # A worker an earlier, killed pytest run left consuming this Redis database would take this run's tasks.
         stale_worker_stop(broker_url=self.broker_url, registry=self.log_dir)
@@ -97,7 +99,13 @@ class CeleryWorkerProcess(ProcessGroup):
         raise RuntimeError(f"Celery worker not ready after {timeout}s:\n{self.log_path.read_text()[-4000:]}")
 
     def log(self) -> str:
-        return self.log_path.read_text() if self.log_path.exists() else ""
+        """What the worker printed since this test took it (or since its last start): a test that waits for a line
+        must not find an earlier test's."""
+        if not self.log_path.exists():
+            return ""
+        with self.log_path.open("rb") as log:
+            log.seek(self.log_offset)
+            return log.read().decode(errors="replace")
 
     @property
     def hostname(self) -> str:
@@ -125,6 +133,7 @@ class CeleryWorkerProcess(ProcessGroup):
         theirs); False when the worker is gone or does not answer (a broker flushed since: purge_broker)."""
         if self.process is None or self.process.poll() is not None:
             return False
+        self.log_offset = self.log_path.stat().st_size
         queue_purge()
         return bool(celery_app.control.add_consumer(QUEUE, destination=[self.hostname], reply=True,
                                                     timeout=CONTROL_TIMEOUT_S))
