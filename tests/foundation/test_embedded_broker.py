@@ -72,3 +72,24 @@ def test_a_message_being_written_is_not_taken_half_written(tmp_path):
     seen, after = json.loads(_embedded_connection(tmp_path, code))
     assert seen is None
     assert after == {"body": "whole"}
+
+
+def test_a_worker_asked_to_stop_stops_waiting_for_messages(tmp_path):
+    """Celery's loop for a polling transport waits in drain_events 2 s at a time and only then sees a shutdown: Ctrl-C
+    on the demo took about 7 s to stop an idle worker, past scripts/_children.sh's grace. The wait ends once a warm
+    shutdown (should_stop = exit code 0) is asked for, and lasts its whole timeout otherwise."""
+    code = (
+        "import json, socket, threading, time; from celery.worker import state; waited = []\n"
+        "for stop_after in (None, 0.3):\n"
+        "    if stop_after is not None:\n"
+        "        threading.Timer(stop_after, lambda: setattr(state, 'should_stop', 0)).start()\n"
+        "    started = time.monotonic()\n"
+        "    try:\n"
+        "        conn.drain_events(timeout=0.6 if stop_after is None else 20)\n"
+        "    except socket.timeout:\n"
+        "        waited.append(time.monotonic() - started)\n"
+        "print(json.dumps(waited))"
+    )
+    unstopped, stopped = json.loads(_embedded_connection(tmp_path, code))
+    assert unstopped >= 0.6  # no shutdown asked: the caller's timeout holds
+    assert stopped < 10  # not the 20 s it was given
