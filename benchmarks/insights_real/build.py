@@ -41,13 +41,18 @@ def sample_one_per_task(*, files: list[Path], seed: int) -> list[Path]:
     return [rng.choice(by_task[task]) for task in sorted(by_task)]
 
 
-def import_files(*, project, files: list[Path]) -> dict:
-    """Import exactly `files` (links in a temporary folder: the labels file beside them never reaches the importer)."""
+def import_files(*, project, files: list[Path], fmt: str = "") -> dict:
+    """Import exactly `files` (links in a temporary folder: the labels file beside them never reaches the importer);
+    with `fmt`, copies re-encoded in that instrumentation's shape (formats.py)."""
+    from benchmarks.insights_real.formats import reencode_file
     from traces.services.imports import traces_import
 
     with tempfile.TemporaryDirectory(prefix="clear-bench-") as tmp:
         for path in files:
-            (Path(tmp) / path.name).symlink_to(path.resolve())
+            if fmt:
+                reencode_file(source=path, target=Path(tmp) / path.name, fmt=fmt)
+            else:
+                (Path(tmp) / path.name).symlink_to(path.resolve())
         started = time.monotonic()
         summary = traces_import(project=project, path=Path(tmp))
     return {"files": len(files), "seconds": round(time.monotonic() - started, 1),

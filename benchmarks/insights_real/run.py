@@ -5,6 +5,7 @@ coverage and ticket precision "within one agent turn" (turns.py), on tau-airline
     .venv/bin/python -m benchmarks.insights_real --dataset tau-airline --runs-per-task 1    # 5 samplings
     .venv/bin/python -m benchmarks.insights_real --dataset all --runs-per-task both         # the README's table
     .venv/bin/python -m benchmarks.insights_real --dataset whowhen --json var/bench/ir.json
+    .venv/bin/python -m benchmarks.insights_real --dataset tau-airline --format anthropic   # as another SDK records it
 
 One process on a throw-away Postgres database (`--db`, dropped and recreated, dropped at the end unless
 `--keep-db`), clear.settings.test (Celery eager, nothing queued), CLEAR_JUDGE_MODEL="" (no model: offline names).
@@ -35,6 +36,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from benchmarks.insights_real import build, labelled, report, score_tau, turns  # noqa: E402
+from benchmarks.insights_real.formats import FORMATS  # noqa: E402
 from benchmarks.throwaway import bench_in_throwaway, dataset_folder, django_start  # noqa: E402
 
 DATASETS = {
@@ -59,8 +61,15 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--tune-only", action="store_true",
                    help="tau-airline: score the tune split only (while choosing settings, the report split's labels "
                         "stay unread)")
+    p.add_argument("--format", dest="fmt", choices=["as-recorded", *FORMATS], default="as-recorded",
+                   help="tau-airline: import the runs re-encoded as another instrumentation records them "
+                        "(formats.py); the figures must not change")
     p.add_argument("--json", dest="json_out", metavar="FILE", help="also write the results as JSON to this file")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.fmt != "as-recorded" and args.dataset != "tau-airline":
+        p.error(f"--format {args.fmt}: only tau-airline is recorded as OpenInference, the shape formats.py "
+                "re-encodes; add --dataset tau-airline")
+    return args
 
 
 def _log(msg: str) -> None:
@@ -96,7 +105,8 @@ def _labelled(*, dataset: str, project, folder: Path, tune_only: bool) -> tuple[
     return labelled.jsonl_labelled(project=project, labels_file=folder / "labels.jsonl"), ("all",)
 
 
-def measure(*, dataset: str, name: str, files: list[Path], folder: Path, detail: bool, tune_only: bool) -> dict:
+def measure(*, dataset: str, name: str, files: list[Path], folder: Path, detail: bool, tune_only: bool,
+            fmt: str = "") -> dict:
     """One project: import `files`, diagnose, build, score."""
     from clear.projects.services import project_create, user_get_or_create
     from diagnosis.tickets.models import Ticket
@@ -104,7 +114,8 @@ def measure(*, dataset: str, name: str, files: list[Path], folder: Path, detail:
     owner, _ = user_get_or_create(email="bench@example.com", password="correct horse battery staple")
     project = project_create(name=f"insights real {name}", owner=owner)
     _log(f"{name}: import {len(files)} files, diagnose (default judges, no model), build")
-    result = {"name": name, "dataset": dataset, "ingest": build.import_files(project=project, files=files)}
+    result = {"name": name, "dataset": dataset, "format": fmt or "as-recorded",
+              "ingest": build.import_files(project=project, files=files, fmt=fmt)}
     run, summary, result["timing"] = build.diagnose(project=project)
     result["run"] = build.run_summary(run=run, summary=summary)
     rows, statements = build.insights_read(project=project, run=run)
@@ -130,6 +141,7 @@ def measure(*, dataset: str, name: str, files: list[Path], folder: Path, detail:
 
 def bench(args: argparse.Namespace, top: dict) -> dict:
     datasets = sorted(DATASETS) if args.dataset == "all" else [args.dataset]
+    fmt = "" if args.fmt == "as-recorded" else args.fmt
     out: dict = {}
     with tempfile.TemporaryDirectory(prefix="clear-bench-example-") as tmp:
         for dataset in datasets:
@@ -142,7 +154,7 @@ def bench(args: argparse.Namespace, top: dict) -> dict:
             entry: dict = {"files": len(files)}
             if args.runs_per_task in ("all", "both"):
                 entry["all_runs"] = measure(dataset=dataset, name=f"{dataset}, every run", files=files,
-                                            folder=folder, detail=True, tune_only=args.tune_only)
+                                            folder=folder, detail=True, tune_only=args.tune_only, fmt=fmt)
             if args.runs_per_task in ("1", "both"):
                 samples = []
                 for seed in range(args.samples):
@@ -151,11 +163,11 @@ def bench(args: argparse.Namespace, top: dict) -> dict:
                         # One run per task already (Who&When): every sampling is the whole set, measured once.
                         samples.append(entry.get("all_runs") or measure(
                             dataset=dataset, name=f"{dataset}, one run per task (every run)", files=chosen,
-                            folder=folder, detail=args.detail, tune_only=args.tune_only))
+                            folder=folder, detail=args.detail, tune_only=args.tune_only, fmt=fmt))
                         break
                     samples.append(measure(dataset=dataset, name=f"{dataset}, one run per task, seed {seed}",
                                            files=chosen, folder=folder, detail=args.detail,
-                                           tune_only=args.tune_only))
+                                           tune_only=args.tune_only, fmt=fmt))
                 entry["one_per_task"] = {"samples": samples, "summary": report.aggregate(samples)}
                 report.print_aggregate(f"{dataset}, one run per task ({len(samples)} samplings)",
                                        entry["one_per_task"]["summary"])

@@ -246,8 +246,12 @@ _IN_C = ("gen_ai.tool.call.arguments", "gen_ai.prompt")
 _OUT_C = ("gen_ai.tool.call.result", "gen_ai.completion")
 _IN_SIMPLE, _OUT_SIMPLE = _IN_A + _IN_B + _IN_C, _OUT_A + _OUT_B + _OUT_C
 _IN_SIMPLE_SET, _OUT_SIMPLE_SET = frozenset(_IN_SIMPLE), frozenset(_OUT_SIMPLE)
-_EMPTY_IN = ("langfuse.observation.input", "input.value", "input", "traceloop.entity.input")
-_EMPTY_OUT = ("langfuse.observation.output", "output.value", "output", "traceloop.entity.output", "final_result")
+# gen_ai.tool.call.*: the GenAI conventions' tool span carriers; "" there is a tool that returned nothing, as
+# `output.value` "" is on an OpenInference tool span (tau-airline's `think`, re-encoded: benchmarks/insights_real).
+_EMPTY_IN = ("langfuse.observation.input", "input.value", "input", "traceloop.entity.input",
+             "gen_ai.tool.call.arguments")
+_EMPTY_OUT = ("langfuse.observation.output", "output.value", "output", "traceloop.entity.output", "final_result",
+              "gen_ai.tool.call.result")
 IO_KEYS = (
     _IN_LF | _OUT_LF | _IN_A_SET | _OUT_A_SET | _IN_B_SET | _OUT_B_SET
     | {"gen_ai.input.messages", "gen_ai.output.messages"} | set(_IN_C) | set(_OUT_C)

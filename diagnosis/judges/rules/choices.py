@@ -20,15 +20,14 @@ import re
 
 from diagnosis.judges.contract import Evidence, JudgeIssue, JudgeResult, SpanView, TraceView
 from diagnosis.judges.decision import TraceIndex, call_evidence, call_said, deciding_step
+from diagnosis.judges.messages import TOOL_ROLES, USER_ROLES, messages_of
 from diagnosis.judges.rules.verdicts import clip, rule_pass
 from diagnosis.judges.rules.writes import (
-    USER_ROLES,
     VALUE_NOT_FROM_USER,
     conversation_gate,
     ended_before,
     first_finding,
     loose_text,
-    messages_of,
     text_values,
     write_blame,
     writes_of,
@@ -41,15 +40,12 @@ _DEPTH = 8
 
 
 def _said_by_agent(span: SpanView) -> list[str]:
-    """The text a model turn wrote to the user (its messages' content, not the tool calls it made)."""
+    """The text a model turn wrote to the user (its messages' text, not the tool calls it made: a call's arguments
+    are not shown to the user)."""
     output = maybe_json(span.output)
     if isinstance(output, str):
         return [output]
-    if isinstance(output, dict):
-        output = output.get("messages", [output])
-    if not isinstance(output, list):
-        return []
-    return [value_text(m.get("content")) for m in output if isinstance(m, dict) and m.get("content")]
+    return [m["content"] for m in messages_of(output) if m["role"] not in (*USER_ROLES, *TOOL_ROLES, "system")]
 
 
 def _conversation(trace: TraceView, call: SpanView) -> str:

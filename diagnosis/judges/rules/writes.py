@@ -27,11 +27,10 @@ from diagnosis import conf
 from diagnosis.judges.contract import Evidence, JudgeIssue, JudgeResult, SpanView, TraceView
 from diagnosis.judges.contrastive_tasks import _WORD, is_write_tool
 from diagnosis.judges.decision import TraceIndex, call_evidence, call_said, deciding_step, failed
+from diagnosis.judges.messages import TOOL_ROLES, USER_ROLES, messages_of
 from diagnosis.judges.rules.verdicts import clip, rule_fail, rule_pass, rule_skip
 from diagnosis.judges.text import maybe_json, normalise, value_text
 
-USER_ROLES = ("user", "human")
-TOOL_ROLES = ("tool", "function", "ipython")
 # Text argument values shorter than this say nothing about where they came from ("no", "2"); longer, or with spaces,
 # they are prose the agent writes itself (a reason, a message), not a value it was given: identifiers, codes, enums
 # and dates have none (`BK-4471`, `one_way`, `2024-05-20`).
@@ -51,14 +50,6 @@ VALUE_NOT_FROM_USER = "A write passes a value the user neither gave nor was told
 def loose_text(text: str) -> str:
     """Case and separators folded: `one_way`, "One-way" and "one way" are one value."""
     return _SEPARATORS.sub(" ", text).strip().casefold()
-
-
-def messages_of(value) -> list[dict]:
-    """Role-tagged messages of a model turn's input (a list of messages, or {"messages": [...]}); [] otherwise."""
-    value = maybe_json(value)
-    if isinstance(value, dict):
-        value = value.get("messages")
-    return [m for m in value if isinstance(m, dict) and m.get("role")] if isinstance(value, list) else []
 
 
 def verb_of_tool(name: str) -> str:
