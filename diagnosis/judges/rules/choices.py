@@ -30,7 +30,6 @@ from diagnosis.judges.rules.writes import (
     loose_text,
     text_values,
     write_blame,
-    writes_of,
 )
 from diagnosis.judges.text import maybe_json, normalise, value_text
 
@@ -102,9 +101,9 @@ def _offered(trace: TraceView, call: SpanView) -> tuple[dict[str, set[str]], dic
 
 def rule_unnamed_write_choice(trace: TraceView, stats: dict | None = None) -> list[JudgeResult]:
     judge = "rule.unnamed_write_choice"
-    writes = writes_of(trace)
     # Without a conversation nobody is shown the choice: an autonomous run picks among options by design.
-    if (gated := conversation_gate(judge=judge, writes=writes, trace=trace, nobody="to name a choice to")) is not None:
+    gated, writes = conversation_gate(judge=judge, trace=trace, nobody="to name a choice to")
+    if gated is not None:
         return gated
     index, results = TraceIndex(trace), []
     for call in writes:

@@ -8,7 +8,8 @@ call's arguments and the tool's reply on the tool span.
   tool reply, no user message and not in the task: the agent made it up, or took it from its own earlier text.
 * `rule.unconfirmed_write`: a write issued by a model turn whose input ends on a tool result: the agent went from a
   result to the change without a user message in between (it did not ask, or did not wait for, a confirmation).
-  Only in conversations (two user messages or more): an autonomous run has no one to confirm with.
+  Only writes of an agent in a conversation (user messages in two of its turns or more): an autonomous run, or a
+  pipeline whose agents each get their instructions once, has no one to confirm with.
 * `rule.refused_write_retried`: a write the tool refused, followed by another write with no new user message in
   between: the agent worked around the refusal on its own. Only in conversations, like `unconfirmed_write`.
 * `rule.write_on_closed_object`: a write about an object (the same `…id` value) whose latest reply said its status is
@@ -173,21 +174,33 @@ def rule_ungrounded_write_argument(trace: TraceView, stats: dict | None = None) 
 # rule.unconfirmed_write
 
 
-def user_messages(trace: TraceView) -> set[str]:
-    """The distinct user messages the run's model turns received (a turn that resends the history counts once)."""
-    return {normalise(value_text(m.get("content"))) for span in trace.spans if span.kind in ("LLM", "AGENT")
-            for m in messages_of(span.input) if m["role"] in USER_ROLES}
+def _agents_in_conversation(trace: TraceView) -> set[str]:
+    """The agents (nodes) whose model turns received user messages in two turns or more: someone they talk with.
+    Per agent and per turn, because in a pipeline each agent gets its instructions as a "user" message once (the
+    example agent's workers: "Handle these requests from the customer's ticket: …"; its writer gets the ticket and
+    a brief, two user messages in one turn), and that is no one in the loop."""
+    heard: dict[str, set[str]] = {}
+    turns: dict[str, int] = {}
+    for span in trace.spans:  # start order
+        if span.kind in ("LLM", "AGENT") and _new_user_message(span, heard.setdefault(span.node, set())):
+            turns[span.node] = turns.get(span.node, 0) + 1
+    return {node for node, count in turns.items() if count >= 2}
 
 
-def conversation_gate(*, judge: str, writes, trace: TraceView, nobody: str) -> list[JudgeResult] | None:
-    """The pass or skip of a judge of writes that needs a conversation (two user messages or more), or None when
-    there are writes in one: without it no one is in the loop (an autonomous pipeline, a batch job), which `nobody`
-    words for the judge ("to confirm with")."""
+def conversation_gate(*, judge: str, trace: TraceView, nobody: str) -> tuple[list[JudgeResult] | None, list[SpanView]]:
+    """(the pass or skip of a judge of writes that needs a conversation, or None; the writes it looks at): the writes
+    issued by an agent in a conversation. Without one no one is in the loop (an autonomous pipeline, a batch job),
+    which `nobody` words for the judge ("to confirm with")."""
+    writes = writes_of(trace)
     if not writes:
-        return [rule_pass(judge, "No write tool was called.")]
-    if len(user_messages(trace)) < 2:
-        return [rule_skip(judge, f"The run holds fewer than two user messages: no user in the loop {nobody}.")]
-    return None
+        return [rule_pass(judge, "No write tool was called.")], []
+    talking, index = _agents_in_conversation(trace), TraceIndex(trace)
+    kept = [w for w in writes if w.node in talking
+            or ((step := deciding_step(w, trace, index)) is not None and step.node in talking)]
+    if not kept:
+        return [rule_skip(judge, "No agent that called a write received user messages in two turns: no user in "
+                                 f"the loop {nobody}.")], []
+    return None, kept
 
 
 def _new_user_message(span: SpanView, heard: set[str]) -> bool:
@@ -220,9 +233,9 @@ def _retries_after_refusal(trace: TraceView, writes: set[str]) -> set[str]:
 
 def rule_unconfirmed_write(trace: TraceView, stats: dict | None = None) -> list[JudgeResult]:
     judge = "rule.unconfirmed_write"
-    writes = writes_of(trace)
     # Without a conversation every write would follow a tool result: the example agent's correct refunds do.
-    if (gated := conversation_gate(judge=judge, writes=writes, trace=trace, nobody="to confirm with")) is not None:
+    gated, writes = conversation_gate(judge=judge, trace=trace, nobody="to confirm with")
+    if gated is not None:
         return gated
     index, results, seen_roles = TraceIndex(trace), [], False
     retries = _retries_after_refusal(trace, {s.span_id for s in writes})
@@ -263,9 +276,10 @@ def rule_refused_write_retried(trace: TraceView, stats: dict | None = None) -> l
     within one turn of a labelled wrong write in 9 of the 12; a refusal after which the agent asked the user is the
     normal case in succeeding runs."""
     judge = "rule.refused_write_retried"
-    writes = {s.span_id for s in writes_of(trace)}
-    if (gated := conversation_gate(judge=judge, writes=writes, trace=trace, nobody="to go back to")) is not None:
+    gated, conversing = conversation_gate(judge=judge, trace=trace, nobody="to go back to")
+    if gated is not None:
         return gated
+    writes = {s.span_id for s in conversing}
     index, heard, refused = TraceIndex(trace), set(), None
     for span in trace.spans:  # start order
         if span.kind in ("LLM", "AGENT") and _new_user_message(span, heard):

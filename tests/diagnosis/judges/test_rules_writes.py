@@ -19,12 +19,12 @@ BOOKING = {"booking_id": "BK-4471", "user": "ana_ruiz", "status": "confirmed", "
 
 
 def turn(span_id: str, at: float, inputs: list[tuple[str, str]], *, call: tuple[str, dict] | None = None,
-         text: str = ""):
+         text: str = "", node: str = "desk"):
     """A model turn: the messages new since the last turn, then a text answer or one tool call."""
     message = {"role": "assistant", "content": text or None}
     if call is not None:
         message["tool_calls"] = [{"tool_call": {"function": {"name": call[0], "arguments": json.dumps(call[1])}}}]
-    return span(span_id, kind="LLM", node="desk", at=at, name="ChatCompletion",
+    return span(span_id, kind="LLM", node=node, at=at, name="ChatCompletion",
                 input=[{"role": role, "content": content} for role, content in inputs], output=[message])
 
 
@@ -130,6 +130,32 @@ def test_unconfirmed_write_skips_a_run_with_no_user_in_the_loop():
         call("t2", 2.5, "create_refund", {"invoice_id": "INV-9005"}, {"refund": "ok"}))
     (result,) = rule_unconfirmed_write(trace)
     assert result.status == "skipped"
+
+
+def test_a_pipeline_whose_agents_each_get_one_user_message_is_not_a_conversation():
+    """The example agent's shape: the planner hears the customer once, the worker its instructions once; two user
+    messages in the run, but nobody to confirm with (before the gate counted per agent and per turn, the writes
+    judges ran on such runs once GenAI `parts` messages were read: 2 of 22 example runs flagged, none failing)."""
+    ticket = "Refund the duplicate charge on INV-9005."
+    trace = view(
+        turn("p1", 1, [("user", ticket)], text="intent: refund", node="planner"),
+        turn("l1", 2, [("user", f"Handle these requests from the customer's ticket: {ticket}")],
+             call=("get_invoice", {"invoice_id": "INV-9005"}), node="billing_worker"),
+        call("t1", 2.5, "get_invoice", {"invoice_id": "INV-9005"}, {"invoice_id": "INV-9005", "duplicate": True}),
+        turn("l2", 3, [("tool", "{}")], call=("create_refund", {"invoice_id": "INV-9005"}), node="billing_worker"),
+        call("t2", 3.5, "create_refund", {"invoice_id": "INV-9005"}, {"refund": "ok"}))
+    # The example's writer: the ticket and a brief, two user messages in one turn.
+    briefed = view(
+        turn("l1", 1, [("user", ticket), ("user", "Brief: the invoice INV-9005 was charged twice.")],
+             call=("get_invoice", {"invoice_id": "INV-9005"}), node="billing_worker"),
+        call("t1", 1.5, "get_invoice", {"invoice_id": "INV-9005"}, {"invoice_id": "INV-9005", "duplicate": True}),
+        turn("l2", 2, [("tool", "{}")], call=("create_refund", {"invoice_id": "INV-9005"}), node="billing_worker"),
+        call("t2", 2.5, "create_refund", {"invoice_id": "INV-9005"}, {"refund": "ok"}))
+    for run in (trace, briefed):
+        for rule in (rule_unconfirmed_write, rule_refused_write_retried):
+            (result,) = rule(run)
+            assert result.status == "skipped", result
+            assert "No agent that called a write received user messages in two turns" in result.critique
 
 
 def test_unconfirmed_write_skips_turns_without_roles():
