@@ -74,3 +74,19 @@ def test_one_run_per_task_sampling_is_deterministic_and_draws_one_file_per_task(
     assert len(chosen) == 3 and {p.name.split("-")[1] for p in chosen} == {"0", "1", "2"}
     assert chosen == sample_one_per_task(files=list(reversed(files)), seed=3)
     assert any(sample_one_per_task(files=files, seed=s) != chosen for s in range(5))
+
+
+def test_one_run_per_task_can_prefer_a_succeeding_run_read_from_the_root_span(tmp_path):
+    for task in range(3):
+        for trial in range(4):
+            outcome = "success" if (task, trial) in {(0, 2), (1, 0), (1, 3)} else "failure"
+            root = {"spanId": "a", "attributes": [{"key": "clear.task.id", "value": {"stringValue": f"t-{task}"}},
+                                                  {"key": "clear.outcome", "value": {"stringValue": outcome}}]}
+            document = {"resourceSpans": [{"scopeSpans": [{"spans": [root]}]}]}
+            (tmp_path / f"run-{task}-{trial}.json").write_text(json.dumps(document))
+    files = sorted(tmp_path.glob("*.json"))
+    for seed in range(5):
+        names = sorted(p.name for p in sample_one_per_task(files=files, seed=seed, prefer="succeeding"))
+        # task 0 has one succeeding run, task 1 two, task 2 none (a failing one is drawn)
+        assert names[0] == "run-0-2.json" and names[1] in ("run-1-0.json", "run-1-3.json"), names
+        assert names[2].startswith("run-2-"), names
