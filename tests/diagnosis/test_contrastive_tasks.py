@@ -221,3 +221,22 @@ def test_a_succeeding_trace_with_a_findings_feature_gets_a_passing_result_that_c
     issue = next(i for i in passing.issues if i.title == finding.title)
     assert issue.severity == "low" and issue.evidence and issue.evidence[0].span_id in {s.span_id for s in runs[10].spans}
     assert "s1" not in results  # a succeeding trace without the feature gets nothing
+
+
+def test_one_run_per_task_compares_no_tasks_by_which_tools_they_call():
+    """Issue 41: with one run per task every comparison is across tasks, and which tools a run calls is what its task
+    needs: the tasks that need `book` fail more often here, which says which tasks are hard, not what a run did
+    wrong. Without task ids nothing says the runs are of different tasks, and the feature is kept."""
+    runs = []
+    for t in range(16):
+        books = t < 8
+        calls = [("get_details", {"id": f"R{t}"})] + ([("book", {"id": f"R{t}"})] if books else [])
+        fails = (t % 8) < (6 if books else 1)
+        runs.append(_run(f"t{t}", f"task-{t}", "failure" if fails else "success", calls))
+    kinds = {"calls", "count", "items", "before", "without", "steps", "arg"}
+    report = contrastive_findings(runs)
+    found = [f.statement for f in [*report.findings, *report.suggestive] if f.kind in kinds]
+    assert report.status == "ok" and not found, found
+    anonymous = contrastive_findings([replace(r, task_id="") for r in runs])
+    assert any(f.kind in kinds for f in [*anonymous.findings, *anonymous.suggestive]), \
+        [f.statement for f in [*anonymous.findings, *anonymous.suggestive]]
