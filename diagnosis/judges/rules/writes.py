@@ -41,6 +41,8 @@ _SEPARATORS = re.compile(r"[\s_\-]+")
 CLOSED_STATUSES = frozenset({"cancelled", "canceled", "closed", "deleted", "removed", "archived", "expired",
                              "revoked", "terminated", "void", "voided", "refunded", "rejected"})
 _STATUS_KEYS = ("status", "state")
+# `reservation_id`, `orderId`, `ID`, `id`; not `paid` or `valid`.
+_ID_KEY = re.compile(r"(?:^|_)(?:id|Id|ID)$|(?<=[a-z])(?:Id|ID)$")
 # The title of rule.ungrounded_write_argument and rule.unnamed_write_choice (choices.py): a value the agent made up and
 # one it picked among a reply's options without telling the user are one problem with one fix (the change's values
 # come from, or are shown to, the user before the write), so their statements make one insight; the details tell
@@ -309,16 +311,39 @@ def rule_refused_write_retried(trace: TraceView, stats: dict | None = None) -> l
 # rule.write_on_closed_object
 
 
-def _objects(value, depth: int = 0) -> Iterable[dict]:
+def _objects(value, kind: set[str], depth: int = 0) -> Iterable[tuple[dict, set[str]]]:
+    """Every record in a reply, with the words that say what it is: the tool's name for the reply itself, the key
+    that holds it for a nested one (`reservations` → reservation)."""
     if depth > 8:
         return
     if isinstance(value, dict):
-        yield value
-        for child in value.values():
-            yield from _objects(child, depth + 1)
+        yield value, kind
+        for key, child in value.items():
+            yield from _objects(child, _words(str(key)), depth + 1)
     elif isinstance(value, list):
         for child in value:
-            yield from _objects(child, depth + 1)
+            yield from _objects(child, kind, depth + 1)
+
+
+def _words(name: str) -> set[str]:
+    words = {w.lower() for w in _WORD.findall(name)}
+    return words | {w[:-1] for w in words if w.endswith("s") and len(w) > 3}
+
+
+def _own_id_key(obj: dict, kind: set[str]) -> str | None:
+    """The key of the identifier a record is about: `id`; else the identifier key that names what the record is
+    (`reservation_id` in `cancel_reservation`'s reply or under `reservations`); else its only identifier key. A
+    record names other objects too (a reservation its `user_id`), and its status is its own: a cancelled
+    reservation is not a cancelled user (tau-airline: `book_reservation` for a user whose other reservation
+    `cancel_reservation` had just cancelled was flagged, in 4 of 5 one-run-per-task samplings, no ticket real).
+    Not the first identifier key: stored as Postgres jsonb, a record's keys come back shortest first."""
+    if "id" in obj:
+        return "id"
+    keys = [str(k) for k in obj if _ID_KEY.search(str(k))]
+    named = [k for k in keys if _words(_ID_KEY.sub("", k)) & kind]
+    if len(named) == 1:
+        return named[0]
+    return keys[0] if len(keys) == 1 else None
 
 
 def _ids(call: SpanView) -> dict[str, str]:
@@ -327,12 +352,14 @@ def _ids(call: SpanView) -> dict[str, str]:
     if not isinstance(arguments, dict):
         return {}
     return {str(k): str(v) for k, v in arguments.items() if isinstance(v, (str, int)) and not isinstance(v, bool)
-            and re.search(r"(?:^|_|[a-z])(?:id|Id|ID)$", str(k)) and len(str(v)) >= _VALUE_MIN}
+            and _ID_KEY.search(str(k)) and len(str(v)) >= _VALUE_MIN}
 
 
-def _status_of(obj: dict, key: str, value: str) -> str | None:
-    """The object's status when it is the object `key: value` names (the same key, or its own `id`)."""
-    if str(obj.get(key, obj.get("id", ""))) != value:
+def _status_of(obj: dict, kind: set[str], key: str, value: str) -> str | None:
+    """The record's status when it is the object `key: value` names (by its own identifier: the same key, or
+    `id`)."""
+    own = _own_id_key(obj, kind)
+    if own not in (key, "id") or str(obj.get(own, "")) != value:
         return None
     for status_key in _STATUS_KEYS:
         status = obj.get(status_key)
@@ -355,9 +382,9 @@ def rule_write_on_closed_object(trace: TraceView, stats: dict | None = None) -> 
         for span in trace.spans:  # start order: the last match is the latest read
             if span.kind != "TOOL" or not ended_before(span, call):
                 continue
-            for obj in _objects(maybe_json(span.output)):
+            for obj, kind in _objects(maybe_json(span.output), _words(span.tool_name or span.name)):
                 for key, value in ids.items():
-                    status = _status_of(obj, key, value)
+                    status = _status_of(obj, kind, key, value)
                     if status is not None:
                         latest = (span, status, value)
         if latest is None or loose_text(latest[1]) not in CLOSED_STATUSES:

@@ -212,6 +212,27 @@ def test_write_on_closed_object_is_about_the_same_object_only():
     _silent(rule_write_on_closed_object, trace)
 
 
+def test_write_on_closed_object_reads_a_status_as_its_records_own():
+    """A cancelled booking's record names its user (`user_id`): the user is not cancelled, and booking anew for them
+    is not a write on a closed object. The booking itself, written to after, is."""
+    # Keys in the order Postgres jsonb gives them back (shortest first): the user's id before the booking's.
+    cancelled = {"status": "cancelled", "user_id": "ana_ruiz", "booking_id": "BK-0001"}
+    new_booking = {"user_id": "ana_ruiz", "flight": "HA123"}
+    trace = view(
+        turn("l1", 1, [("user", "Cancel BK-0001 and book HA123 for me, ana_ruiz.")],
+             call=("cancel_booking", {"booking_id": "BK-0001"})),
+        call("t1", 1.5, "cancel_booking", {"booking_id": "BK-0001"}, cancelled),
+        turn("l2", 2, [("user", "Yes, book it.")], call=("book_flight", new_booking)),
+        call("t2", 2.5, "book_flight", new_booking, {**new_booking, "booking_id": "BK-0002", "status": "confirmed"}))
+    _silent(rule_write_on_closed_object, trace)
+    rebook = {"booking_id": "BK-0001", "flight": "HA123"}
+    again = view(*trace.spans[:3],
+                 turn("l2", 2, [("user", "Move it to HA123.")], call=("update_booking", rebook)),
+                 call("t2", 2.5, "update_booking", rebook, {"booking_id": "BK-0001", "status": "cancelled"}))
+    result = _flagged(rule_write_on_closed_object, again)
+    assert result.target_span_id == "l2" and result.details["read_span_id"] == "t1"
+
+
 def test_repeated_failing_call_flags_the_identical_retry_of_a_failed_call():
     failing = "Error: flight HA123 not available on 2024-05-13"
     arguments = {"booking_id": "BK-4471", "flight": "HA123"}
