@@ -1,5 +1,5 @@
 """Rule judges: pure functions over a TraceView that need no model, one module per family (errors, repetition,
-output, outliers, writes, calls and choices — the checks that need one run per task; what each result looks like:
+output, outliers, writes, closed, calls and choices — the checks that need one run per task; what each result looks like:
 verdicts.py).
 
 Each rule returns one failing JudgeResult per span it blames (issues quote the span text that shows the problem),
@@ -13,6 +13,7 @@ from collections.abc import Callable
 from diagnosis.judges.contract import JudgeResult, TraceView
 from diagnosis.judges.rules.calls import rule_repeated_failing_call, rule_unbacked_claim
 from diagnosis.judges.rules.choices import rule_unnamed_write_choice
+from diagnosis.judges.rules.closed import rule_write_on_closed_object
 from diagnosis.judges.rules.errors import rule_exit_code, rule_span_error, rule_tool_error
 from diagnosis.judges.rules.outliers import rule_latency_outlier, rule_token_outlier
 from diagnosis.judges.rules.output import rule_empty_output, rule_truncated_output
@@ -21,7 +22,6 @@ from diagnosis.judges.rules.writes import (
     rule_refused_write_retried,
     rule_unconfirmed_write,
     rule_ungrounded_write_argument,
-    rule_write_on_closed_object,
 )
 
 RULES: dict[str, Callable[[TraceView, dict | None], list[JudgeResult]]] = {

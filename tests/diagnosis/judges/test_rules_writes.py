@@ -6,11 +6,11 @@ import json
 
 from diagnosis.judges.rules import RULES
 from diagnosis.judges.rules.calls import participles, rule_repeated_failing_call, rule_unbacked_claim
+from diagnosis.judges.rules.closed import rule_write_on_closed_object
 from diagnosis.judges.rules.writes import (
     rule_refused_write_retried,
     rule_unconfirmed_write,
     rule_ungrounded_write_argument,
-    rule_write_on_closed_object,
 )
 from diagnosis.services.evidence import evidence_verify
 from tests.diagnosis.support import span, view
