@@ -10,6 +10,9 @@ must not depend on which SDK recorded it; measured on the same runs, the figures
   messages, a tool's reply as a `tool_result` block of a *user* message.
 * `openai_chat`: the same carriers holding OpenAI chat messages (`tool_calls`, `role: tool` replies), as the Langfuse
   SDK's OpenAI integration and OpenLLMetry record them.
+* `langfuse_spans`: the Langfuse SDK's `@observe()`: model turns are `generation` observations holding OpenAI chat
+  messages, and tools and the agent are plain `span` observations named after the function (nothing says a tool is
+  a tool: diagnosis/judges/tool_calls.py infers it).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-FORMATS = ("genai_parts", "anthropic", "openai_chat")
+FORMATS = ("genai_parts", "anthropic", "openai_chat", "langfuse_spans")
 _INDEXED = re.compile(r"(\d+)\.message\.(.*)")
 _CALL = re.compile(r"tool_calls\.(\d+)\.tool_call\.(.*)")
 
@@ -103,11 +106,31 @@ def _attribute(key: str, value: Any) -> dict:
     return {"key": key, "value": {"stringValue": value if isinstance(value, str) else json.dumps(value)}}
 
 
+def _langfuse_span(span: dict, attributes: dict, kind: str | None, kept: dict) -> dict:
+    if kind == "LLM":
+        kept |= {"langfuse.observation.type": "generation", "langfuse.observation.model.name":
+                 attributes.get("llm.model_name"),
+                 "langfuse.observation.input": json.dumps([_openai_message(m) for m in
+                                                           _messages(attributes, "llm.input_messages.")]),
+                 "langfuse.observation.output": json.dumps([_openai_message(m) for m in
+                                                            _messages(attributes, "llm.output_messages.")][:1])}
+        name = "OpenAI-generation"
+    elif kind in ("TOOL", "AGENT"):
+        name = attributes.get("tool.name" if kind == "TOOL" else "agent.name") or span.get("name")
+        kept |= {"langfuse.observation.type": "span", "langfuse.observation.input": attributes.get("input.value"),
+                 "langfuse.observation.output": attributes.get("output.value")}
+    else:
+        return span
+    return {**span, "name": name, "attributes": [_attribute(k, v) for k, v in kept.items() if v is not None]}
+
+
 def reencode_span(span: dict, fmt: str) -> dict:
     """One OpenInference span in `fmt`; spans of other kinds unchanged."""
     attributes = {a["key"]: _value(a.get("value") or {}) for a in span.get("attributes") or []}
     kind = attributes.get("openinference.span.kind")
     kept = {k: v for k, v in attributes.items() if k.startswith("clear.") or k == "session.id"}
+    if fmt == "langfuse_spans":
+        return _langfuse_span(span, attributes, kind, kept)
     if kind == "LLM":
         write = _WRITERS[fmt]
         inputs = _messages(attributes, "llm.input_messages.")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from diagnosis.judges.contract import SpanView, TraceView
+from diagnosis.judges.tool_calls import tool_spans_infer
 from traces.models import Span, Trace
 
 _SPAN_FIELDS = (
@@ -29,7 +30,8 @@ def _synthetic(root: dict | None, spans: list[dict]) -> bool:
 
 
 def trace_view_build(*, trace: Trace) -> TraceView:
-    """Spans in start order; goal and final output from the root span; timing marked synthetic when it says so."""
+    """Spans in start order; goal and final output from the root span; timing marked synthetic when it says so;
+    untyped spans that are a model's tool calls seen as TOOL spans (judges/tool_calls.py)."""
     rows = list(Span.objects.filter(trace=trace, trace_day=trace.first_received_day).order_by("start_time", "pk")
                 .values(*_SPAN_FIELDS))
     ids = {row["span_id"] for row in rows}
@@ -42,6 +44,7 @@ def trace_view_build(*, trace: Trace) -> TraceView:
         span.attributes = span.attributes or {}
         span.events = span.events or []
         span.exceptions = span.exceptions or []
+    tool_spans_infer(spans)  # tools recorded as plain spans (Langfuse `@observe()`): the judges see them as tools
     return TraceView(
         trace_id=trace.trace_id,
         spans=spans,

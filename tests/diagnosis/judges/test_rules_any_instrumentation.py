@@ -1,12 +1,13 @@
 """The judges of a conversation say the same about a run whichever SDK recorded it. tau-airline's runs (OpenInference)
-re-encoded as the GenAI conventions' `parts`, as Anthropic content blocks and as OpenAI chat messages
-(benchmarks/insights_real/formats.py, the benchmark's `--format`) keep their span ids: every rule judge must give
-each run the same verdicts on the same spans.
+re-encoded as the GenAI conventions' `parts`, as Anthropic content blocks, as OpenAI chat messages and as the Langfuse
+SDK's `@observe()` records them (tools as plain spans) (benchmarks/insights_real/formats.py, the benchmark's
+`--format`) keep their span ids: every rule judge must give each run the same verdicts on the same spans.
 
 Before diagnosis/judges/messages.py, the judges read only OpenInference's `{"role", "content"}`: on the Anthropic
 shape (a tool's reply is a user message's `tool_result` block; a tool call's arguments sit in the agent's content)
 `unconfirmed_write`, `refused_write_retried` and `unnamed_write_choice` flagged nothing, and on the `parts` shape (no
-`content` at all) every user message read as empty, so writes were flagged that the user had asked for."""
+`content` at all) every user message read as empty, so writes were flagged that the user had asked for. Before
+diagnosis/judges/tool_calls.py, no judge of tool calls saw a tool recorded as a plain span."""
 
 import json
 
