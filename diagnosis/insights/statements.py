@@ -8,7 +8,9 @@ Feedback row, in order:
   praise, boilerplate and fragments), each citing the judged span. Rule and rubric critiques are templates that only
   restate their issues, so they are used only when such a judgement has no issue.
 A statement's node is the node of the span the feedback targets ("" for whole-trace feedback unless its rubric is
-scoped to a node): node "" statements take part at system level only. Repeats within one feedback are kept once.
+scoped to a node), or the node the judge gave it (`details["node"]`: a recovered error, a contrastive finding,
+both on a tool call, give the call's node in the judges' view, the calling agent's, where the stored node of a tool
+recorded as a plain span is its own name): node "" statements take part at system level only. Repeats within one feedback are kept once.
 A rule judge's issue about a span also gets a pattern, its title with instance values generalised (rule titles name
 the tool or span and what went wrong, an error's message with its values taken out: judges/rules/errors.py), and
 the tool it is about (the judged span's tool, else the one tool its evidence cites): the clustering groups such
@@ -136,7 +138,7 @@ def statements_collect(*, run: DiagnosisRun, trace_pks=None, feedback_after: int
         .filter(Q(verdict=Feedback.Verdict.FAIL) | ~Q(issues=[]))
         .order_by("trace_id", "judge", "target_span_id", "pk")
         .values("pk", "trace_id", "trace__trace_id", "trace__release", "target_span_id", "judge", "judge_kind",
-                "verdict", "score", "critique", "issues", "rubric__node")
+                "verdict", "score", "critique", "issues", "rubric__node", "details__node")
     )
     corrected = corrected_keys(project_id=run.project_id)
     cited = {(r["trace_id"], str(e.get("span_id") or "")) for r in rows for i in (r["issues"] or [])
@@ -151,6 +153,8 @@ def statements_collect(*, run: DiagnosisRun, trace_pks=None, feedback_after: int
             continue
         node, started = nodes.get((row["trace_id"], target), ("", None, ""))[:2] if target else \
             (row["rubric__node"] or "", None)
+        if target and isinstance(row["details__node"], str) and row["details__node"]:
+            node = row["details__node"]  # the judges' view of a tool call: its caller's node
         issues = [i for i in (row["issues"] or []) if isinstance(i, dict) and (i.get("title") or i.get("detail"))]
         seen: set[str] = set()
 

@@ -263,7 +263,10 @@ def contrastive_results(report: ContrastiveReport) -> dict[str, list[JudgeResult
                     verdict="fail" if failed else "pass",
                     critique="Features more frequent in failing traces than in succeeding ones." if failed else
                     "Features more frequent in failing traces than in succeeding ones; this trace has them and "
-                    "succeeded.", prompt_version=CONTRASTIVE_VERSION, details={"findings": []})
+                    "succeeded.", prompt_version=CONTRASTIVE_VERSION,
+                    # The finding's node, as the judges saw its span (insights/statements.py: a tool recorded as a
+                    # plain span is stored at its own name).
+                    details={"findings": [], "node": finding.node})
             notes = finding.notes.get(trace_id)
             detail = finding.detail + (f"; in this trace: {', '.join(notes)}" if notes else "")
             result.issues.append(JudgeIssue(title=finding.title, detail=detail, severity=severity if failed else "low",

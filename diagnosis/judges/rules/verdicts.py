@@ -13,7 +13,8 @@ from diagnosis.judges.recovery import Recovery
 # 4: outliers need twice the median as well as the z-score, and pass (with the finding) on a succeeding trace.
 # 5: a tool call's error or repetition targets the step that decided the call, with the call and reply as evidence;
 # an error the run recovered from keeps its issue, at low severity, under a passing verdict (rule_recovered_error).
-RULES_VERSION = "rules-5"
+# 6: a recovered error carries its call's node as the judges see it (details["node"]).
+RULES_VERSION = "rules-6"
 _QUOTE_MAX = 200
 
 
@@ -55,13 +56,15 @@ def rule_recovered_error(result: JudgeResult, span: SpanView, trace) -> JudgeRes
     issues = [JudgeIssue(title=i.title, detail=i.detail, severity="low", evidence=list(i.evidence))
               for i in result.issues]
     # The failed call is the target, whoever decided it: one Feedback per target, and a step that issued two
-    # recovered calls would otherwise give two results for one target.
+    # recovered calls would otherwise give two results for one target. details["node"] is the call's node in the
+    # judges' view, its caller's (insights/statements.py): a tool recorded as a plain span has its own name as its
+    # stored node, and the call's unrecovered occurrences are the deciding agent's.
     return JudgeResult(judge=result.judge, target_span_id=span.span_id, status="ok", score=1.0, verdict="pass",
                        critique=f"Recovered error: {span_label(span)} failed, then the run {how} with "
                                 f"{span_label(recovery.by)}.",
                        issues=issues, prompt_version=RULES_VERSION,
                        details={**result.details, "recovered": True, "recovered_by": recovery.by.span_id,
-                                "recovered_how": recovery.how})
+                                "recovered_how": recovery.how, "node": span.node})
 
 
 def merge_by_target(results: list[JudgeResult]) -> list[JudgeResult]:
