@@ -84,6 +84,10 @@ class InsightOutputSerializer(serializers.ModelSerializer):
                   "lies above 1); not_associated: the interval includes 1 or lies below it, or the pattern is "
                   "by-design behaviour (by_design); unknown: fewer than 10 judged traces succeeded (none has a "
                   "recorded outcome, or the runs all failed), so there is no lift")
+    failure_inconclusive = serializers.BooleanField(
+        read_only=True,
+        help_text="not_associated only for want of traces: the lift is above 1 but its interval still includes 1. "
+                  "Such an insight gets a candidate ticket (its body says it is not yet shown to go with failure)")
     outcome_shares = serializers.SerializerMethodField(
         help_text="the pattern's share of the failing and of the succeeding traces, which the lift compares")
     recovered = serializers.SerializerMethodField(
@@ -111,7 +115,7 @@ class InsightOutputSerializer(serializers.ModelSerializer):
         fields = [
             "id", "level", "node", "is_other", "title", "description", "root_cause", "recommendation", "severity",
             "count", "trace_count", "frequency", "frequency_low", "frequency_high", "lift", "lift_low", "lift_high",
-            "failure_association", "by_design", "outcome_shares", "recovered", "affected_nodes", "first_seen",
+            "failure_association", "failure_inconclusive", "by_design", "outcome_shares", "recovered", "affected_nodes", "first_seen",
             "last_seen", "first_run_id", "last_run_id", "status", "review", "merged_into_id", "ticket", "trend",
             "created_at", "updated_at", "nodes", "regressed", "regressed_in_release", "in_release", "text_source",
             "text_source_reason",

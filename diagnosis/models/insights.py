@@ -100,6 +100,14 @@ class Insight(models.Model):
             return "unknown"
         return "associated" if self.lift_low > 1 else "not_associated"
 
+    @property
+    def failure_inconclusive(self) -> bool:
+        """Not associated only for want of traces: failing traces show the pattern more often (lift above 1) but the
+        interval still includes 1. With one run per task (about 50 runs) most real patterns of a few runs are here;
+        such an insight is a candidate, ticketed and marked so (diagnosis/tickets/TICKETS.md)."""
+        return (not self.by_design and self.lift is not None and self.lift_low is not None
+                and self.lift > 1 >= self.lift_low)
+
     class Meta:
         ordering = ["-last_seen", "-frequency", "pk"]
         constraints = [

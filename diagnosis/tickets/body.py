@@ -210,7 +210,12 @@ def body_render(*, ticket) -> str:
     ]
     if ticket.insight_id:
         lines += [f"**Insight:** {insight_url(slug=slug, insight_id=ticket.insight_id)}", ""]
-    if ticket.failure_association == "not_associated":
+    if ticket.failure_association == "not_associated" and ticket.insight_id and ticket.insight.failure_inconclusive:
+        lines += [(f"> **Candidate, not yet shown to go with failure:** traces with this pattern fail more often "
+                   f"(lift {ticket.lift:.2f}×), but with this few traces its interval, {ticket.lift_low:.2f}–"
+                   f"{ticket.lift_high or 0:.2f}, still includes 1. Check the evidence before working on it; more "
+                   "runs will tell."), ""]
+    elif ticket.failure_association == "not_associated":
         lines += [("> **Not associated with failure:** traces with this pattern fail about as often as traces "
                    "without it (the lift interval includes 1). Kept open as it was; check it matters before "
                    "working on it."), ""]

@@ -13,7 +13,9 @@ One problem, one ticket:
   by) stays the node pattern's, and the pushed issue closes as not planned with a pointer to the system ticket. If
   the node insight leaves the system insight later, its ticket reopens in step with the insight.
 * An insight not associated with failure (`Insight.failure_association`, lift interval includes 1) gets no ticket
-  unless settings.CLEAR_TICKET_NOT_ASSOCIATED; an existing ticket is left as it is and says so in its body.
+  unless settings.CLEAR_TICKET_NOT_ASSOCIATED; an existing ticket is left as it is and says so in its body. One
+  that is inconclusive (`Insight.failure_inconclusive`: lift above 1, too few traces for the interval to clear 1)
+  gets a candidate ticket, whose body says so.
 """
 
 from __future__ import annotations
@@ -61,10 +63,19 @@ class SyncSummary:
         return {name: len(getattr(self, name)) for name in self.__dataclass_fields__}
 
 
+def _candidate(insight: Insight) -> bool:
+    """Inconclusive (Insight.failure_inconclusive): a candidate ticket, unless it is an outlier alone, a symptom
+    listed only when associated with failure (diagnosis/RUNS.md "Outliers")."""
+    from diagnosis.selectors.problems import outlier_alone_unassociated
+
+    return (insight.failure_inconclusive
+            and not Insight.objects.filter(pk=insight.pk).filter(outlier_alone_unassociated()).exists())
+
+
 def _ticketable(insight: Insight) -> bool:
     return (not insight.is_other and insight.review != Insight.Review.REJECTED and bool(insight.fingerprint)
             and insight.merged_into_id is None
-            and (insight.failure_association != "not_associated"
+            and (insight.failure_association != "not_associated" or _candidate(insight)
                  or getattr(settings, "CLEAR_TICKET_NOT_ASSOCIATED", False)))
 
 
