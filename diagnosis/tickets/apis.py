@@ -57,6 +57,9 @@ class TicketOutputSerializer(serializers.Serializer):
     lift = serializers.FloatField(allow_null=True)
     lift_low = serializers.FloatField(allow_null=True)
     lift_high = serializers.FloatField(allow_null=True)
+    candidate = serializers.BooleanField(
+        help_text="made from an inconclusive insight (its failure_inconclusive): failing traces show the pattern more "
+                  "often, but too few traces for the lift interval to clear 1; not yet shown to go with failure")
     first_seen = serializers.DateTimeField(allow_null=True)
     last_seen = serializers.DateTimeField(allow_null=True)
     merged_into_id = serializers.IntegerField(allow_null=True)

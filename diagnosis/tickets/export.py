@@ -58,7 +58,7 @@ def ticket_record(ticket: Ticket) -> dict:
         "frequency": round(ticket.frequency, 4), "frequency_percent": percent(ticket.frequency),
         "statement_count": ticket.statement_count, "trace_count": ticket.trace_count,
         "judged_count": ticket.judged_count, "releases": ticket.releases,
-        "failure_association": ticket.failure_association, "lift": ticket.lift,
+        "failure_association": ticket.failure_association, "candidate": ticket.candidate, "lift": ticket.lift,
         "lift_low": ticket.lift_low, "lift_high": ticket.lift_high,
         "first_seen": ticket.first_seen.isoformat() if ticket.first_seen else None,
         "last_seen": ticket.last_seen.isoformat() if ticket.last_seen else None,

@@ -83,6 +83,11 @@ class Ticket(models.Model):
     def is_closed(self) -> bool:
         return self.status in self.CLOSED
 
+    @property
+    def candidate(self) -> bool:
+        """Made from an inconclusive insight (Insight.failure_inconclusive): not yet shown to go with failure."""
+        return self.insight_id is not None and self.insight.failure_inconclusive
+
 
 class IssueTrackerConnection(models.Model):
     """Where a project's tickets are pushed: a GitHub-compatible REST API (github.com or Enterprise, Gitea)."""

@@ -43,7 +43,8 @@ def ticket_list(*, project: Project, status: str = "all", level: str | None = No
         tickets = tickets.filter(severity=severity)
     if insight_id is not None:
         tickets = tickets.filter(insight_id=insight_id)
-    return tickets.order_by("-pk")
+    # The insight says whether the ticket is a candidate (Ticket.candidate); its centroid is never read here.
+    return tickets.select_related("insight").defer("insight__centroid").order_by("-pk")
 
 
 def ticket_get(*, project: Project, ticket_id) -> Ticket:

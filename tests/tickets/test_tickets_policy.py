@@ -9,6 +9,7 @@ from diagnosis.models import Insight, InsightLink
 from diagnosis.tickets.models import Ticket
 from diagnosis.tickets.services import ticket_sync_for_insights
 from tests.diagnosis.insights.conftest import TOUCHED_BY, insight_for_tasks
+from tests.frontend.conftest import client_for
 from tests.tickets.conftest import ticket_of, tracked
 
 pytestmark = pytest.mark.django_db
@@ -117,5 +118,10 @@ def test_an_inconclusive_insight_gets_a_candidate_ticket_that_says_so(project, d
     api = APIClient(HTTP_AUTHORIZATION=f"Bearer {key.secret}")
     body = api.get(f"/api/v1/insights/{pattern.pk}/").json()
     assert (body["failure_association"], body["failure_inconclusive"]) == ("not_associated", True)
+    listed = {t["id"]: t["candidate"] for t in api.get("/api/v1/tickets/?page_size=100").json()["results"]}
+    assert listed[candidate.pk] is True and not any(v for k, v in listed.items() if k != candidate.pk)
+    page = client_for(owner).get(f"/p/{project.slug}/tickets/").content.decode()
+    row = page.split(f'id="ticket-{candidate.pk}"', 1)[1].split("</tr>", 1)[0]
+    assert 'data-testid="ticket-candidate"' in row and page.count('data-testid="ticket-candidate"') == 1
     Insight.objects.filter(pk=pattern.pk).update(lift=1.0, lift_low=0.7, lift_high=1.4)  # no more than chance
     assert api.get(f"/api/v1/insights/{pattern.pk}/").json()["failure_inconclusive"] is False
